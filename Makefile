@@ -1,0 +1,26 @@
+# The two set-up commands (README): `make demo` runs the main job end to end, `make test` the tests.
+# Each creates its own virtual environment in .venv and installs what it needs.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[cpu,train,dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/edgeformer train --preset tiny --out runs/demo
+	@echo "(export / translate / bench steps are added as those commands land)"
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/python -m pytest -q
+
+.PHONY: venv demo test

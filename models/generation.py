@@ -1,0 +1,106 @@
+"""PyTorch generation: the models behind the shared numpy decoding algorithms.
+
+`edgeformer.runtime.decoding` holds greedy / sampling / beam search over a `Stepper`; here are
+the PyTorch steppers. The ONNX runtime has its own steppers over the same algorithms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from edgeformer.runtime.decoding import GenerationOptions, generate
+
+from .transformer import DecoderOnly, EncoderDecoder
+
+
+def pad_batch(
+    seqs: list[list[int]], pad_id: int, left: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad id lists to (B, T) ids and a (B, T) 0/1 mask; left padding for LM prompts."""
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        sl = slice(T - len(s), T) if left else slice(0, len(s))
+        ids[i, sl] = torch.tensor(s, dtype=torch.long)
+        mask[i, sl] = 1
+    return ids, mask
+
+
+class EncoderDecoderStepper:
+    """Holds the cross K/V, the source mask and the self-attention cache of a batch."""
+
+    def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor):
+        self.model = model
+        self.src_mask = src_mask
+        self.cross = model.cross_kv(model.encode(src, src_mask))
+        self.cache = None
+
+    def first_logits(self) -> np.ndarray:
+        bos = torch.full((self.src_mask.shape[0],), self.model.cfg.bos_id, dtype=torch.long)
+        return self.step(bos.numpy())
+
+    @torch.no_grad()
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = torch.from_numpy(np.asarray(tokens, dtype=np.int64))[:, None].to(self.src_mask.device)
+        logits, self.cache = self.model.decode(ids, self.cross, self.src_mask, self.cache)
+        return logits[:, -1].float().cpu().numpy()
+
+    def select(self, rows: np.ndarray) -> None:
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.src_mask.device)
+        self.src_mask = self.src_mask[idx]
+        self.cross = [(k[idx], v[idx]) for k, v in self.cross]
+        if self.cache is not None:
+            self.cache = [(k[idx], v[idx]) for k, v in self.cache]
+
+
+class DecoderOnlyStepper:
+    """Holds the attention mask (real tokens so far) and the cache of a left-padded batch."""
+
+    def __init__(self, model: DecoderOnly, ids: torch.Tensor, mask: torch.Tensor):
+        self.model = model
+        self.mask = mask
+        self.cache = None
+        self.prompt = ids
+
+    @torch.no_grad()
+    def first_logits(self) -> np.ndarray:
+        logits, self.cache = self.model(self.prompt, self.mask)
+        return logits[:, -1].float().cpu().numpy()
+
+    @torch.no_grad()
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = torch.from_numpy(np.asarray(tokens, dtype=np.int64))[:, None].to(self.mask.device)
+        self.mask = torch.cat((self.mask, torch.ones_like(ids)), dim=1)
+        logits, self.cache = self.model(ids, self.mask, self.cache)
+        return logits[:, -1].float().cpu().numpy()
+
+    def select(self, rows: np.ndarray) -> None:
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.mask.device)
+        self.mask = self.mask[idx]
+        self.cache = [(k[idx], v[idx]) for k, v in self.cache]
+
+
+@torch.no_grad()
+def translate_ids(
+    model: EncoderDecoder, sources: list[list[int]], opts: GenerationOptions | None = None
+) -> list[list[int]]:
+    """Source id lists (ending in EOS) -> output id lists (no BOS/EOS)."""
+    opts = opts or GenerationOptions()
+    device = next(model.parameters()).device
+    src, mask = pad_batch(sources, model.cfg.pad_id)
+    stepper = EncoderDecoderStepper(model, src.to(device), mask.to(device))
+    return generate(stepper.first_logits(), stepper, opts, model.cfg.eos_id)
+
+
+@torch.no_grad()
+def complete_ids(
+    model: DecoderOnly, prompts: list[list[int]], opts: GenerationOptions | None = None
+) -> list[list[int]]:
+    """Prompt id lists -> continuation id lists (no EOS)."""
+    opts = opts or GenerationOptions()
+    device = next(model.parameters()).device
+    ids, mask = pad_batch(prompts, model.cfg.pad_id, left=True)
+    stepper = DecoderOnlyStepper(model, ids.to(device), mask.to(device))
+    return generate(stepper.first_logits(), stepper, opts, model.cfg.eos_id, prompts)

@@ -1,0 +1,182 @@
+"""The two model families: EncoderDecoder (translation) and DecoderOnly (language model).
+
+Incremental decoding is explicit. A decoder call takes the new token(s) and a cache (a list of
+(k, v) per layer, each (B, H, past, D)) and returns logits and the updated cache; the
+encoder-decoder also takes the cross-attention (k, v) per layer, projected once from the encoder
+output by `cross_kv`. The ONNX graphs (edgeformer.export) mirror exactly these calls.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .config import ModelConfig
+from .layers import KV, AbsolutePositions, DecoderLayer, EncoderLayer, Rotary, TokenEmbedding
+
+
+def causal_mask(t: int, s: int, device=None) -> torch.Tensor:
+    """(1, 1, T, S) bool: query i (at absolute position S - T + i) sees keys 0 .. S - T + i."""
+    q = torch.arange(t, device=device)[:, None] + (s - t)
+    k = torch.arange(s, device=device)[None, :]
+    return (k <= q)[None, None]
+
+
+def key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) 1/0 or bool, True = real token -> (B, 1, 1, S) bool."""
+    return mask.bool()[:, None, None, :]
+
+
+def _check_length(cfg: ModelConfig, length: int, what: str) -> None:
+    if torch.compiler.is_compiling():  # shapes are symbolic during ONNX export
+        return
+    if length > cfg.max_len:
+        raise ValueError(f"{what} length {length} exceeds the model's max_len {cfg.max_len}")
+
+
+class _Base(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = TokenEmbedding(cfg)
+        self.pos = AbsolutePositions(cfg) if cfg.positional != "rotary" else None
+        self.rotary = Rotary(cfg) if cfg.positional == "rotary" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        if not cfg.tie_embeddings:
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def _init_weights(self) -> None:
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def embed_tokens(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        if self.pos is not None:
+            x = x + self.pos(positions)
+        return self.drop(x)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, V)
+        if self.cfg.tie_embeddings:
+            return h @ self.embed.weight.t()
+        return self.lm_head(h)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class EncoderDecoder(_Base):
+    """Encoder-decoder Transformer ("Attention Is All You Need"); one shared vocabulary."""
+
+    def __init__(self, cfg: ModelConfig):
+        if cfg.family != "encoder-decoder":
+            raise ValueError(f"EncoderDecoder needs family='encoder-decoder', got {cfg.family!r}")
+        super().__init__(cfg)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(
+            DecoderLayer(cfg, cross=True) for _ in range(cfg.n_decoder_layers)
+        )
+        pre = cfg.norm == "pre"
+        self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
+        self._init_weights()
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src (B, S) ids, src_mask (B, S) 1 = real token -> memory (B, S, C)."""
+        _check_length(self.cfg, src.shape[1], "source")
+        positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
+        x = self.embed_tokens(src, positions)
+        mask = key_padding_mask(src_mask)
+        for layer in self.encoder:
+            x = layer(x, mask, positions, self.rotary)
+        return self.enc_norm(x)
+
+    def cross_kv(self, memory: torch.Tensor) -> list[KV]:
+        """The encoder output projected to each decoder layer's cross-attention (k, v)."""
+        return [layer.cross.project_kv(memory) for layer in self.decoder]
+
+    def decode(
+        self,
+        tgt: torch.Tensor,  # (B, T) new target ids
+        cross_kv: list[KV],
+        src_mask: torch.Tensor,  # (B, S)
+        cache: list[KV] | None = None,  # self-attention (k, v) per layer, (B, H, past, D)
+    ) -> tuple[torch.Tensor, list[KV]]:
+        """Logits (B, T, V) for the new tokens and the updated self-attention cache."""
+        past = 0 if cache is None else cache[0][0].shape[2]
+        T = tgt.shape[1]
+        _check_length(self.cfg, past + T, "target")
+        positions = (torch.arange(T, device=tgt.device) + past).expand_as(tgt)
+        x = self.embed_tokens(tgt, positions)
+        mask = causal_mask(T, past + T, tgt.device) if T > 1 else None
+        cross_mask = key_padding_mask(src_mask)
+        present = []
+        for i, layer in enumerate(self.decoder):
+            layer_past = None if cache is None else cache[i]
+            x, kv = layer(x, mask, positions, self.rotary, layer_past, cross_kv[i], cross_mask)
+            present.append(kv)
+        return self.logits(self.dec_norm(x)), present
+
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Teacher forcing: src (B, S), tgt_in (B, T) = [BOS] + target -> logits (B, T, V)."""
+        if src_mask is None:
+            src_mask = src != self.cfg.pad_id
+        memory = self.encode(src, src_mask)
+        logits, _ = self.decode(tgt_in, self.cross_kv(memory), src_mask)
+        return logits
+
+
+class DecoderOnly(_Base):
+    """Decoder-only (GPT-style) language model."""
+
+    def __init__(self, cfg: ModelConfig):
+        if cfg.family != "decoder-only":
+            raise ValueError(f"DecoderOnly needs family='decoder-only', got {cfg.family!r}")
+        super().__init__(cfg)
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, cross=False) for _ in range(cfg.n_decoder_layers)
+        )
+        pre = cfg.norm == "pre"
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
+        self._init_weights()
+
+    def forward(
+        self,
+        ids: torch.Tensor,  # (B, T) new token ids
+        attention_mask: torch.Tensor | None = None,  # (B, past + T), 1 = real token (left padding)
+        cache: list[KV] | None = None,
+    ) -> tuple[torch.Tensor, list[KV]]:
+        """Logits (B, T, V) for the new tokens and the updated cache.
+
+        With left-padded prompts, positions count real tokens only, and each query also sees
+        itself so that a padded row is never fully masked (its output is ignored anyway).
+        """
+        past = 0 if cache is None else cache[0][0].shape[2]
+        B, T = ids.shape
+        S = past + T
+        _check_length(self.cfg, S, "sequence")
+        if attention_mask is None:
+            positions = (torch.arange(T, device=ids.device) + past).expand(B, T)
+            mask = causal_mask(T, S, ids.device) if T > 1 else None
+        else:
+            am = attention_mask.long()
+            positions = (am.cumsum(-1) - 1).clamp(min=0)[:, past:]
+            mask = causal_mask(T, S, ids.device) & key_padding_mask(am)
+            diag = torch.arange(S, device=ids.device)[None, :] == (
+                torch.arange(T, device=ids.device)[:, None] + past
+            )
+            mask = mask | diag[None, None]
+        x = self.embed_tokens(ids, positions)
+        present = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, mask, positions, self.rotary, None if cache is None else cache[i])
+            present.append(kv)
+        return self.logits(self.norm(x)), present
+
+
+def build_model(cfg: ModelConfig) -> EncoderDecoder | DecoderOnly:
+    return EncoderDecoder(cfg) if cfg.family == "encoder-decoder" else DecoderOnly(cfg)

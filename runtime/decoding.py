@@ -1,0 +1,292 @@
+"""Decoding algorithms over a step function, in numpy only.
+
+Written once and used by both sides: the ONNX runtime (edgeformer.runtime) and the PyTorch
+evaluation (edgeformer.train). A model is reached through a `Stepper`:
+
+    step(tokens)  (N,) int64 next input token per row -> (N, V) float32 logits for the token after
+    select(rows)  keep / reorder / repeat rows of the cache: row i of the new state is rows[i]
+
+The caller runs the first pass itself (encoder + first decoder step, or the prompt prefill) and
+hands over its last-position logits (B, V). Outputs never include BOS or the final EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class Stepper(Protocol):
+    def step(self, tokens: np.ndarray) -> np.ndarray: ...
+
+    def select(self, rows: np.ndarray) -> None: ...
+
+
+@dataclass
+class GenerationOptions:
+    max_new_tokens: int = 64
+    min_new_tokens: int = 0  # EOS is forbidden before this many tokens
+    sampling: bool = False  # False: greedy (or beam search when num_beams > 1)
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    seed: int | None = None
+    num_beams: int = 1
+    length_penalty: float = 1.0  # beam score = sum log p / length ** length_penalty
+    early_stopping: bool = True  # stop a beam search once num_beams hypotheses have finished
+    num_hypotheses: int = 1  # n-best size returned by beam search
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the context / output
+    ignore_eos: bool = False  # always generate max_new_tokens (benchmarks)
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> None:
+            raise ValueError(f"invalid generation option: {msg}")
+
+        if self.max_new_tokens < 1:
+            bad(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            bad(f"min_new_tokens={self.min_new_tokens} must be in [0, max_new_tokens]")
+        if not self.temperature > 0:
+            bad(f"temperature={self.temperature} must be > 0")
+        if self.top_k < 0:
+            bad(f"top_k={self.top_k} must be >= 0")
+        if not 0 < self.top_p <= 1:
+            bad(f"top_p={self.top_p} must be in (0, 1]")
+        if self.num_beams < 1:
+            bad(f"num_beams={self.num_beams} must be >= 1")
+        if self.sampling and self.num_beams > 1:
+            bad("sampling and beam search (num_beams > 1) cannot be combined")
+        if not 1 <= self.num_hypotheses <= self.num_beams:
+            bad(f"num_hypotheses={self.num_hypotheses} must be in [1, num_beams]")
+        if not self.repetition_penalty > 0:
+            bad(f"repetition_penalty={self.repetition_penalty} must be > 0")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]
+    score: float  # length-normalised log-probability
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def _check_finite(logits: np.ndarray) -> None:
+    if not np.isfinite(logits).any(axis=-1).all() or np.isnan(logits).any():
+        raise FloatingPointError("the model produced NaN (or all -inf) logits")
+
+
+class _Penalties:
+    """Per-row logit adjustments shared by all strategies: repetition penalty and min length."""
+
+    def __init__(
+        self,
+        opts: GenerationOptions,
+        eos_id: int,
+        vocab: int,
+        context: list[list[int]] | None,
+        n: int,
+    ):
+        self.opts, self.eos_id = opts, eos_id
+        self.seen = None
+        if opts.repetition_penalty != 1.0:
+            self.seen = np.zeros((n, vocab), dtype=bool)
+            for i, toks in enumerate(context or []):
+                self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
+
+    def apply(self, logits: np.ndarray, n_generated: int) -> np.ndarray:
+        logits = logits.astype(np.float32, copy=True)
+        if self.seen is not None:
+            p = self.opts.repetition_penalty
+            hit = self.seen
+            logits = np.where(hit, np.where(logits > 0, logits / p, logits * p), logits)
+        if self.opts.ignore_eos or n_generated < self.opts.min_new_tokens:
+            logits[:, self.eos_id] = -np.inf
+        return logits
+
+    def observe(self, tokens: np.ndarray) -> None:
+        if self.seen is not None:
+            self.seen[np.arange(len(tokens)), tokens] = True
+
+    def select(self, rows: np.ndarray) -> None:
+        if self.seen is not None:
+            self.seen = self.seen[rows]
+
+
+def filter_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """Temperature, then top-k, then nucleus (top-p) filtering; removed entries become -inf."""
+    logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = np.partition(logits, -top_k, axis=-1)[:, -top_k][:, None]
+        logits = np.where(logits < kth, -np.inf, logits)
+    if top_p < 1.0:
+        order = np.argsort(-logits, axis=-1)
+        sorted_logits = np.take_along_axis(logits, order, axis=-1)
+        probs = np.exp(log_softmax(sorted_logits))
+        before = np.cumsum(probs, axis=-1) - probs  # mass of strictly better tokens
+        drop_sorted = before >= top_p  # keeps the smallest prefix reaching top_p (never empty)
+        drop = np.zeros_like(drop_sorted)
+        np.put_along_axis(drop, order, drop_sorted, axis=-1)
+        logits = np.where(drop, -np.inf, logits)
+    return logits
+
+
+def _choose(logits: np.ndarray, opts: GenerationOptions, rng: np.random.Generator) -> np.ndarray:
+    if not opts.sampling:
+        return logits.argmax(axis=-1)
+    logits = filter_logits(logits, opts.temperature, opts.top_k, opts.top_p)
+    probs = np.exp(log_softmax(logits))
+    u = rng.random(len(probs))[:, None]
+    return np.minimum((np.cumsum(probs, axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1)
+
+
+def iter_tokens(
+    first_logits: np.ndarray,
+    stepper: Stepper,
+    opts: GenerationOptions,
+    eos_id: int,
+    context: list[list[int]] | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Greedy or sampling, one step at a time: yields (rows, tokens) for the rows still running.
+
+    `rows` are indices into the original batch. A row stops at EOS (not yielded) or at
+    max_new_tokens; finished rows are dropped from the cache with `stepper.select`.
+    """
+    rng = np.random.default_rng(opts.seed)
+    n, vocab = first_logits.shape
+    penalties = _Penalties(opts, eos_id, vocab, context, n)
+    active = np.arange(n)
+    logits = first_logits
+    for t in range(opts.max_new_tokens):
+        _check_finite(logits)
+        tokens = _choose(penalties.apply(logits, t), opts, rng).astype(np.int64)
+        alive = tokens != eos_id
+        if alive.any():
+            yield active[alive], tokens[alive]
+        if t + 1 == opts.max_new_tokens or not alive.any():
+            return
+        if not alive.all():
+            keep = np.flatnonzero(alive)
+            stepper.select(keep)
+            penalties.select(keep)
+            active, tokens = active[keep], tokens[keep]
+        penalties.observe(tokens)
+        logits = stepper.step(tokens)
+
+
+def greedy_or_sample(
+    first_logits: np.ndarray,
+    stepper: Stepper,
+    opts: GenerationOptions,
+    eos_id: int,
+    context: list[list[int]] | None = None,
+) -> list[list[int]]:
+    out: list[list[int]] = [[] for _ in range(len(first_logits))]
+    for rows, tokens in iter_tokens(first_logits, stepper, opts, eos_id, context):
+        for r, tok in zip(rows.tolist(), tokens.tolist()):
+            out[r].append(tok)
+    return out
+
+
+def beam_search(
+    first_logits: np.ndarray,
+    stepper: Stepper,
+    opts: GenerationOptions,
+    eos_id: int,
+    context: list[list[int]] | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search; returns the n-best hypotheses per batch row, best first."""
+    B, vocab = first_logits.shape
+    K = opts.num_beams
+    lp = opts.length_penalty
+
+    def normalise(score: float, length: int) -> float:
+        return score / max(length, 1) ** lp
+
+    _check_finite(first_logits)
+    rep_context = [c for c in (context or [[]] * B) for _ in range(K)]
+    penalties = _Penalties(opts, eos_id, vocab, rep_context, B * K)
+    rows = np.repeat(np.arange(B), K)
+    stepper.select(rows)
+    logp = log_softmax(penalties.apply(np.repeat(first_logits, K, axis=0), 0))
+    # Only the first beam of each row is live at the start (the others are copies).
+    beam_scores = np.tile(np.r_[0.0, np.full(K - 1, -np.inf)], B)
+    seqs: list[list[int]] = [[] for _ in range(B * K)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    done = np.zeros(B, dtype=bool)
+
+    for t in range(opts.max_new_tokens):
+        cand = (beam_scores[:, None] + logp).reshape(B, K * vocab)
+        top = np.argpartition(-cand, 2 * K, axis=-1)[:, : 2 * K]
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, -1), -1), -1)
+        new_rows, new_tokens, new_scores = [], [], []
+        for b in range(B):
+            chosen = 0
+            for idx in top[b]:
+                score = float(cand[b, idx])
+                beam, tok = divmod(int(idx), vocab)
+                src = b * K + beam
+                if done[b] or score == -np.inf:
+                    new_rows.append(b * K), new_tokens.append(eos_id), new_scores.append(-np.inf)
+                    chosen += 1
+                elif tok == eos_id:
+                    finished[b].append((normalise(score, t + 1), seqs[src]))
+                    continue
+                else:
+                    new_rows.append(src), new_tokens.append(tok), new_scores.append(score)
+                    chosen += 1
+                if chosen == K:
+                    break
+            while chosen < K:  # fewer than K live candidates (tiny vocabularies)
+                new_rows.append(b * K), new_tokens.append(eos_id), new_scores.append(-np.inf)
+                chosen += 1
+        rows = np.asarray(new_rows)
+        tokens = np.asarray(new_tokens, dtype=np.int64)
+        beam_scores = np.asarray(new_scores)
+        seqs = [seqs[r] + [int(tok)] for r, tok in zip(rows, tokens)]
+        for b in range(B):
+            if done[b] or len(finished[b]) < K:
+                continue
+            if opts.early_stopping:
+                done[b] = True
+            else:  # stop when no live beam can still beat the worst kept hypothesis
+                worst = sorted(s for s, _ in finished[b])[-K]
+                best_live = beam_scores[b * K : (b + 1) * K].max()
+                done[b] = normalise(best_live, opts.max_new_tokens if lp > 0 else t + 1) <= worst
+        if done.all() or t + 1 == opts.max_new_tokens:
+            break
+        stepper.select(rows)
+        penalties.select(rows)
+        penalties.observe(tokens)
+        logits = stepper.step(tokens)
+        _check_finite(logits)
+        logp = log_softmax(penalties.apply(logits, t + 1))
+
+    results = []
+    for b in range(B):
+        hyps = list(finished[b])
+        if not done[b]:  # ran out of length: live beams count as hypotheses
+            for i in range(b * K, (b + 1) * K):
+                if beam_scores[i] > -np.inf:
+                    hyps.append((normalise(beam_scores[i], len(seqs[i])), seqs[i]))
+        hyps.sort(key=lambda h: -h[0])
+        results.append([Hypothesis(tokens, score) for score, tokens in hyps[: opts.num_hypotheses]])
+    return results
+
+
+def generate(
+    first_logits: np.ndarray,
+    stepper: Stepper,
+    opts: GenerationOptions,
+    eos_id: int,
+    context: list[list[int]] | None = None,
+) -> list[list[int]]:
+    """The best token sequence per row, by the strategy `opts` selects."""
+    if opts.num_beams > 1:
+        return [h[0].tokens for h in beam_search(first_logits, stepper, opts, eos_id, context)]
+    return greedy_or_sample(first_logits, stepper, opts, eos_id, context)

@@ -1,0 +1,74 @@
+"""Shared fixtures: a small tokenizer and random-weight checkpoints of both families."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]  # ids 0, 1, 2, 3
+SENTENCES = [
+    "a man rides a bike down the street .",
+    "two dogs play in the snow .",
+    "ein mann fährt mit dem fahrrad die straße hinunter .",
+    "zwei hunde spielen im schnee .",
+    "a woman in a red dress sings on a stage .",
+    "eine frau in einem roten kleid singt auf einer bühne .",
+]
+
+
+def make_tokenizer(path, vocab_size: int = 200):
+    """A BPE tokenizer (Metaspace, like edgeformer.train's) trained on a few sentences."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS)
+    tok.train_from_iterator(SENTENCES * 4, trainer)
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer_json(tmp_path_factory):
+    return make_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+def _checkpoint(tmp_path_factory, tokenizer_json, **cfg_kwargs):
+    from tokenizers import Tokenizer
+
+    from edgeformer.models import ModelConfig, build_model
+    from edgeformer.models.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    vocab = Tokenizer.from_file(str(tokenizer_json)).get_vocab_size()
+    cfg = ModelConfig(
+        vocab_size=vocab, d_model=32, n_heads=4, d_ff=64, dropout=0.0, max_len=64, **cfg_kwargs
+    )
+    model = build_model(cfg).eval()
+    path = tmp_path_factory.mktemp("ckpt") / cfg.family
+    return save_checkpoint(path, model, tokenizer_json)
+
+
+@pytest.fixture(scope="session")
+def ed_checkpoint(tmp_path_factory, tokenizer_json):
+    """Random-weight encoder-decoder checkpoint: post-LN, sinusoidal, ReLU, 2+2 layers."""
+    return _checkpoint(tmp_path_factory, tokenizer_json, n_encoder_layers=2, n_decoder_layers=2)
+
+
+@pytest.fixture(scope="session")
+def lm_checkpoint(tmp_path_factory, tokenizer_json):
+    """Random-weight decoder-only checkpoint: pre-LN, learned positions, GELU, 2 layers."""
+    return _checkpoint(
+        tmp_path_factory,
+        tokenizer_json,
+        family="decoder-only",
+        n_decoder_layers=2,
+        norm="pre",
+        positional="learned",
+        activation="gelu",
+    )

@@ -1,0 +1,1 @@
+"""edgeformer.train"""
