@@ -22,9 +22,14 @@ def causal_mask(t: int, s: int, device=None) -> torch.Tensor:
     return (k <= q)[None, None]
 
 
-def key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
-    """(B, S) 1/0 or bool, True = real token -> (B, 1, 1, S) bool."""
-    return mask.bool()[:, None, None, :]
+def key_padding_mask(mask: torch.Tensor, t: int) -> torch.Tensor:
+    """(B, S) 1/0 or bool, True = real token -> (B, 1, T, S) bool.
+
+    Expanded over the T queries rather than broadcast: onnxruntime's fused Attention (1.31, CPU)
+    rejects a (B, 1, 1, S) mask when T > 1, although the ONNX spec allows it.
+    """
+    B, S = mask.shape
+    return mask.bool()[:, None, None, :].expand(B, 1, t, S)
 
 
 def _check_length(cfg: ModelConfig, length: int, what: str) -> None:
@@ -88,7 +93,7 @@ class EncoderDecoder(_Base):
         _check_length(self.cfg, src.shape[1], "source")
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
         x = self.embed_tokens(src, positions)
-        mask = key_padding_mask(src_mask)
+        mask = key_padding_mask(src_mask, src.shape[1])
         for layer in self.encoder:
             x = layer(x, mask, positions, self.rotary)
         return self.enc_norm(x)
@@ -111,7 +116,7 @@ class EncoderDecoder(_Base):
         positions = (torch.arange(T, device=tgt.device) + past).expand_as(tgt)
         x = self.embed_tokens(tgt, positions)
         mask = causal_mask(T, past + T, tgt.device) if T > 1 else None
-        cross_mask = key_padding_mask(src_mask)
+        cross_mask = key_padding_mask(src_mask, T)
         present = []
         for i, layer in enumerate(self.decoder):
             layer_past = None if cache is None else cache[i]
@@ -165,7 +170,7 @@ class DecoderOnly(_Base):
         else:
             am = attention_mask.long()
             positions = (am.cumsum(-1) - 1).clamp(min=0)[:, past:]
-            mask = causal_mask(T, S, ids.device) & key_padding_mask(am)
+            mask = causal_mask(T, S, ids.device) & key_padding_mask(am, T)
             diag = torch.arange(S, device=ids.device)[None, :] == (
                 torch.arange(T, device=ids.device)[:, None] + past
             )
