@@ -1,9 +1,9 @@
 """Checkpoints: a folder with safetensors weights, a JSON config and the tokenizer. No pickle.
 
-    CKPT/model.safetensors   weights (tied embeddings stored once)
-    CKPT/config.json         {"format": "edgeformer-checkpoint", "model": {...}, ...}
-    CKPT/tokenizer.json      the `tokenizers` tokenizer the model was trained with
-    CKPT/train_state.*       optimizer / scheduler state for resuming (written by edgeformer.train)
+- `model.safetensors`: weights (tied embeddings stored once)
+- `config.json`: {"format": "edgeformer-checkpoint", "model": {ModelConfig}, "task": ..., ...}
+- `tokenizer.json`: the `tokenizers` tokenizer the model was trained with
+- `train_state.*`: optimizer / scheduler state for resuming (written by edgeformer.train)
 """
 
 from __future__ import annotations
