@@ -96,7 +96,7 @@ def export_package(
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
     if out_dir.exists() and not force:
         raise FileExistsError(f"{out_dir} already exists (use force=True / --force to replace it)")
-    model, _ = load_checkpoint(checkpoint_dir)
+    model, ckpt_config = load_checkpoint(checkpoint_dir)
     cfg = model.cfg
     names = io_names(cfg.family, cfg.n_decoder_layers)
 
@@ -126,6 +126,7 @@ def export_package(
             "format": PACKAGE_FORMAT,
             "format_version": FORMAT_VERSION,
             "family": cfg.family,
+            "task": ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
             "model": cfg.to_dict(),
             "special_tokens": {
                 "pad_id": cfg.pad_id,

@@ -31,10 +31,10 @@ Graph inputs/outputs (Optimum's names; B batch, S source, T new, P past, H heads
 Masks are 1 for a real token, 0 for padding. Float tensors are float32 except where a variant's
 `io_dtype` says float16.
 
-config.json keys: format ("edgeformer-package"), format_version, family, model (the ModelConfig
-dict), special_tokens {pad_id, bos_id, eos_id, unk_id}, opset, graphs {name: {inputs, outputs}},
-variants {variant: {files: {graph: file}, io_dtype, description}}, files {file: sha256},
-min_onnxruntime.
+config.json keys: format ("edgeformer-package"), format_version, family, task (from the
+checkpoint, e.g. {kind, src_lang, tgt_lang}), model (the ModelConfig dict), special_tokens
+{pad_id, bos_id, eos_id, unk_id}, opset, graphs {name: {inputs, outputs}}, variants {variant:
+{files: {graph: file}, io_dtype, description}}, files {file: sha256}, min_onnxruntime.
 """
 
 from __future__ import annotations
