@@ -1,0 +1,295 @@
+"""Translator and Generator: text in, text out, over a model package (CTranslate2-like API).
+
+    t = Translator("packages/multi30k")            # provider="auto": CUDA if it really runs
+    t.translate("a man rides a bike .")            # greedy
+    t.translate_batch(texts, num_beams=4)          # any decoding.GenerationOptions field
+    g = Generator("packages/shakespeare")
+    for piece in g.stream("ROMEO:", sampling=True, top_p=0.9, seed=0): print(piece, end="")
+
+Text conventions: a source is its tokens + EOS (as edgeformer.models.translate_ids expects);
+an LM prompt is its tokens (BOS alone when empty). Outputs never contain BOS or EOS; a
+generation is the text that follows the prompt (a leading space included).
+Instances are thread-safe: each call builds its own stepper over the shared sessions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from .decoding import GenerationOptions, Hypothesis, beam_search, generate, iter_tokens
+from .package import TOKENIZER_FILE, Package, PackageError, graph_names, io_names, load_package
+from .session import create_session
+from .steppers import DecoderOnlyStepper, EncoderDecoderStepper, Graph
+
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
+
+
+def make_options(opts: GenerationOptions | None = None, **options) -> GenerationOptions:
+    """GenerationOptions from keyword options (on top of `opts`); unknown names: ValueError."""
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise ValueError(f"unknown generation option(s) {unknown}; valid: {list(OPTION_NAMES)}")
+    return dataclasses.replace(opts or GenerationOptions(), **options)
+
+
+def pad(seqs: list[list[int]], pad_id: int, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Id lists -> (B, T) int64 ids and 0/1 mask; left padding for LM prompts."""
+    T = max(len(s) for s in seqs)
+    ids = np.full((len(seqs), T), pad_id, dtype=np.int64)
+    mask = np.zeros((len(seqs), T), dtype=np.int64)
+    for i, s in enumerate(seqs):
+        sl = slice(T - len(s), T) if left else slice(0, len(s))
+        ids[i, sl], mask[i, sl] = s, 1
+    return ids, mask
+
+
+class Model:
+    """A loaded package: sessions for every graph of a variant, tokenizer, special ids."""
+
+    def __init__(
+        self,
+        package_path: str | os.PathLike,
+        family: str,
+        variant: str = "fp32",
+        provider: str = "auto",
+        threads: int | None = None,
+        spinning: bool | None = None,
+    ):
+        pkg: Package = load_package(package_path)
+        if pkg.family != family:
+            use = "Translator" if pkg.family == "encoder-decoder" else "Generator"
+            raise PackageError(
+                f"model package {pkg.path} is {pkg.family}, not {family}: use {use} "
+                f"(edgeformer {'translate' if use == 'Translator' else 'generate'})"
+            )
+        self.package, self.family, self.variant = pkg, family, variant
+        self.cfg = pkg.config["model"]
+        self.n_layers = self.cfg["n_decoder_layers"]
+        self.max_len = self.cfg["max_len"]
+        special = pkg.config["special_tokens"]
+        self.pad_id, self.bos_id, self.eos_id = (special[k] for k in ("pad_id", "bos_id", "eos_id"))
+        self.tokenizer = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
+        names = io_names(family, self.n_layers)
+        self.graphs: dict[str, Graph] = {}
+        for graph in graph_names(family):
+            sess, provider = create_session(pkg.file(graph, variant), provider, threads, spinning)
+            inputs = [i.name for i in sess.get_inputs()]
+            outputs = [o.name for o in sess.get_outputs()]
+            want = names[graph]
+            if sorted(inputs) != sorted(want["inputs"]) or sorted(outputs) != sorted(
+                want["outputs"]
+            ):
+                raise PackageError(
+                    f"model package {pkg.path}: {graph} graph's inputs/outputs do not match "
+                    f"the package contract (inputs {inputs}, outputs {outputs})"
+                )
+            self.graphs[graph] = Graph(sess, provider, want["outputs"])
+        self.provider = provider  # "cuda" or "cpu": what the sessions really run on
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class TextStream:
+    """Incremental detokenization: push token ids, get the text they add.
+
+    Decodes a short window (from the last emitted point) rather than single tokens, so that
+    Metaspace word boundaries and multi-byte characters split over tokens come out right; a
+    window ending in an incomplete character (U+FFFD) is held back until it completes.
+    """
+
+    def __init__(self, decode, context: list[int] | None = None):
+        # context: ids already shown (the prompt); the first piece then keeps its leading space
+        self.decode, self.ids = decode, list(context or [])
+        self.prefix, self.read = 0, len(self.ids)
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        prev = self.decode(self.ids[self.prefix : self.read])
+        text = self.decode(self.ids[self.prefix :])
+        if len(text) > len(prev) and not text.endswith("\ufffd"):
+            self.prefix, self.read = self.read, len(self.ids)
+            return text[len(prev) :]
+        return ""
+
+    def flush(self) -> str:
+        prev = self.decode(self.ids[self.prefix : self.read])
+        text = self.decode(self.ids[self.prefix :])
+        self.prefix = self.read = len(self.ids)
+        return text[len(prev) :]
+
+
+class Translator:
+    """Encoder-decoder package -> translations. Options: see decoding.GenerationOptions."""
+
+    def __init__(
+        self,
+        package_path: str | os.PathLike,
+        variant: str = "fp32",
+        provider: str = "auto",
+        threads: int | None = None,
+        spinning: bool | None = None,
+    ):
+        self.model = Model(package_path, "encoder-decoder", variant, provider, threads, spinning)
+        self.provider, self.max_len = self.model.provider, self.model.max_len
+
+    def _stepper(self, sources: list[list[int]]) -> EncoderDecoderStepper:
+        m = self.model
+        for s in sources:
+            if not s or len(s) > m.max_len:
+                raise ValueError(
+                    f"source of {len(s)} tokens (with EOS): must be 1 .. the model's max_len "
+                    f"{m.max_len} (translate_batch(..., truncate=True) cuts longer ones)"
+                )
+        src, mask = pad(sources, m.pad_id)
+        return EncoderDecoderStepper(m.graphs, m.n_layers, m.bos_id, src, mask)
+
+    def _fit(self, opts: GenerationOptions) -> GenerationOptions:
+        """Target positions are limited to max_len: BOS + max_new_tokens - 1 fed tokens."""
+        n = min(opts.max_new_tokens, self.max_len)
+        return dataclasses.replace(
+            opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
+        )
+
+    def translate_ids(
+        self, sources: list[list[int]], opts: GenerationOptions | None = None
+    ) -> list[list[int]]:
+        """Source id lists (ending in EOS) -> output ids (no BOS/EOS), as models.translate_ids."""
+        opts = self._fit(opts or GenerationOptions())
+        stepper = self._stepper(sources)
+        return generate(stepper.first_logits, stepper, opts, self.model.eos_id)
+
+    def translate_ids_nbest(
+        self, sources: list[list[int]], opts: GenerationOptions | None = None
+    ) -> list[list[Hypothesis]]:
+        """Beam search (num_beams=1 is greedy with scores): num_hypotheses best per source."""
+        opts = self._fit(opts or GenerationOptions())
+        if opts.sampling:
+            raise ValueError("n-best lists come from beam search, not sampling")
+        stepper = self._stepper(sources)
+        return beam_search(stepper.first_logits, stepper, opts, self.model.eos_id)
+
+    def _sources(self, texts: list[str], truncate: bool) -> tuple[list[int], list[list[int]]]:
+        """(indices of non-empty texts, their source ids); empty texts translate to ''."""
+        m, keep, sources = self.model, [], []
+        for i, text in enumerate(texts):
+            ids = m.encode(text)
+            if not ids:
+                continue
+            if truncate:
+                ids = ids[: m.max_len - 1]
+            keep.append(i)
+            sources.append(ids + [m.eos_id])
+        return keep, sources
+
+    def translate_batch(self, texts: list[str], truncate: bool = False, **options) -> list[str]:
+        opts = make_options(**options)
+        keep, sources = self._sources(texts, truncate)
+        out = [""] * len(texts)
+        if sources:
+            for i, ids in zip(keep, self.translate_ids(sources, opts)):
+                out[i] = self.model.decode(ids)
+        return out
+
+    def translate_batch_nbest(
+        self, texts: list[str], truncate: bool = False, **options
+    ) -> list[list[tuple[str, float]]]:
+        """[(translation, length-normalised log-probability)] * num_hypotheses per text."""
+        opts = make_options(**options)
+        keep, sources = self._sources(texts, truncate)
+        out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in texts]
+        if sources:
+            for i, hyps in zip(keep, self.translate_ids_nbest(sources, opts)):
+                out[i] = [(self.model.decode(h.tokens), h.score) for h in hyps]
+        return out
+
+    def translate(self, text: str, **options) -> str:
+        return self.translate_batch([text], **options)[0]
+
+
+class Generator:
+    """Decoder-only package -> continuations. Options: see decoding.GenerationOptions."""
+
+    def __init__(
+        self,
+        package_path: str | os.PathLike,
+        variant: str = "fp32",
+        provider: str = "auto",
+        threads: int | None = None,
+        spinning: bool | None = None,
+    ):
+        self.model = Model(package_path, "decoder-only", variant, provider, threads, spinning)
+        self.provider, self.max_len = self.model.provider, self.model.max_len
+
+    def _stepper(self, prompts: list[list[int]], opts: GenerationOptions):
+        """(stepper, opts with max_new_tokens cut to the context: prompt + new <= max_len + 1)."""
+        T = max(len(p) for p in prompts)
+        if min(len(p) for p in prompts) == 0 or T > self.max_len:
+            raise ValueError(
+                f"prompt of {T} tokens: must be 1 .. the model's max_len {self.max_len} "
+                "(generate_batch(..., truncate=True) keeps the end of longer ones)"
+            )
+        n = min(opts.max_new_tokens, self.max_len - T + 1)
+        opts = dataclasses.replace(
+            opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
+        )
+        m = self.model
+        ids, mask = pad(prompts, m.pad_id, left=True)
+        return DecoderOnlyStepper(m.graphs, m.n_layers, ids, mask, n), opts
+
+    def generate_ids(
+        self, prompts: list[list[int]], opts: GenerationOptions | None = None
+    ) -> list[list[int]]:
+        """Prompt id lists -> continuation id lists (no EOS); as models.complete_ids."""
+        stepper, opts = self._stepper(prompts, opts or GenerationOptions())
+        return generate(stepper.first_logits, stepper, opts, self.model.eos_id, prompts)
+
+    def generate_ids_nbest(
+        self, prompts: list[list[int]], opts: GenerationOptions | None = None
+    ) -> list[list[Hypothesis]]:
+        stepper, opts = self._stepper(prompts, opts or GenerationOptions())
+        if opts.sampling:
+            raise ValueError("n-best lists come from beam search, not sampling")
+        return beam_search(stepper.first_logits, stepper, opts, self.model.eos_id, prompts)
+
+    def _prompt(self, text: str, truncate: bool) -> list[int]:
+        ids = self.model.encode(text) or [self.model.bos_id]
+        return ids[-self.max_len :] if truncate else ids
+
+    def generate_batch(self, prompts: list[str], truncate: bool = False, **options) -> list[str]:
+        opts = make_options(**options)
+        ids = [self._prompt(p, truncate) for p in prompts]
+        return [self._continuation(p, c) for p, c in zip(ids, self.generate_ids(ids, opts))]
+
+    def _continuation(self, prompt: list[int], new: list[int]) -> str:
+        """The text the new ids add after the prompt (with its leading space, if any)."""
+        decode = self.model.decode
+        return decode(prompt + new)[len(decode(prompt)) :]
+
+    def generate(self, prompt: str, **options) -> str:
+        return self.generate_batch([prompt], **options)[0]
+
+    def stream(self, prompt: str, truncate: bool = False, **options) -> Iterator[str]:
+        """Text pieces as they are produced; their concatenation equals generate()'s output."""
+        opts = make_options(**options)
+        if opts.num_beams > 1:  # beam search knows its output only at the end
+            yield self.generate(prompt, truncate=truncate, **options)
+            return
+        ids = [self._prompt(prompt, truncate)]
+        stepper, opts = self._stepper(ids, opts)
+        text = TextStream(self.model.decode, ids[0])
+        for _, tokens in iter_tokens(stepper.first_logits, stepper, opts, self.model.eos_id, ids):
+            piece = text.push(int(tokens[0]))
+            if piece:
+                yield piece
+        piece = text.flush()
+        if piece:
+            yield piece

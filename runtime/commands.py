@@ -1,0 +1,113 @@
+"""`edgeformer translate` and `edgeformer generate`: the runtime from the command line.
+
+edgeformer translate PACKAGE "a man rides a bike ." ["more text" ...]
+cat sentences.txt | edgeformer translate PACKAGE --beam 4      # one translation per line
+edgeformer generate PACKAGE "ROMEO:" --sample --top-p 0.9 --seed 0 --max-new-tokens 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+
+from .api import Generator, Translator
+from .decoding import GenerationOptions
+
+
+def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    what = "text(s) to translate (default: lines from stdin)" if command == "translate" else None
+    p.add_argument("package", help="model package folder (edgeformer export)")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help=what or "prompt(s) (default: stdin)")
+    g = p.add_argument_group("runtime")
+    g.add_argument("--variant", default="fp32", help="fp32 | int4 | int8 | int8-dynamic | fp16")
+    g.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda"))
+    g.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
+    g.add_argument(
+        "--spinning",
+        choices=("on", "off"),
+        default=None,
+        help="let idle onnxruntime threads spin (default: onnxruntime's, on)",
+    )
+    g.add_argument("--truncate", action="store_true", help="cut inputs longer than max_len")
+    d = p.add_argument_group("decoding (default: greedy)")
+    d.add_argument("--beam", type=int, default=1, metavar="N", help="beam search with N beams")
+    d.add_argument("--sample", action="store_true", help="sample instead of greedy")
+    d.add_argument("--temperature", type=float, default=1.0)
+    d.add_argument("--top-k", type=int, default=0, help="0 = off")
+    d.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    d.add_argument("--seed", type=int, default=None)
+    default_new = 128 if command == "translate" else 200
+    d.add_argument("--max-new-tokens", type=int, default=default_new)
+    d.add_argument("--min-new-tokens", type=int, default=0)
+    d.add_argument("--repetition-penalty", type=float, default=1.0)
+    d.add_argument("--length-penalty", type=float, default=1.0)
+    if command == "translate":
+        d.add_argument(
+            "--n-best", type=int, default=1, metavar="K", help="print K 'score<TAB>text' lines"
+        )
+        d.add_argument("--batch-size", type=int, default=32, help="stdin lines per batch")
+
+
+def options(args: argparse.Namespace) -> dict:
+    n_best = getattr(args, "n_best", 1)
+    opts = dict(
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
+        sampling=args.sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        num_beams=max(args.beam, n_best),
+        num_hypotheses=n_best,
+        length_penalty=args.length_penalty,
+        repetition_penalty=args.repetition_penalty,
+    )
+    GenerationOptions(**opts)  # invalid combinations fail before the model loads
+    return opts
+
+
+def _inputs(args: argparse.Namespace) -> Iterator[str]:
+    if args.texts:
+        yield from args.texts
+    else:
+        for line in sys.stdin:
+            yield line.rstrip("\n")
+
+
+def _batches(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = options(args)
+    spinning = None if args.spinning is None else args.spinning == "on"
+    cls = Translator if args.command == "translate" else Generator
+    model = cls(args.package, args.variant, args.provider, args.threads, spinning)
+    threads = f", {args.threads} threads" if args.threads else ""
+    print(f"edgeformer: {args.variant} on {model.provider}{threads}", file=sys.stderr)
+    if args.command == "translate":
+        for batch in _batches(_inputs(args), max(1, args.batch_size)):
+            if args.n_best > 1:
+                for i, hyps in enumerate(model.translate_batch_nbest(batch, args.truncate, **opts)):
+                    for text, score in hyps:
+                        print(f"{i}\t{score:.4f}\t{text}")
+            else:
+                for text in model.translate_batch(batch, args.truncate, **opts):
+                    print(text)
+            sys.stdout.flush()
+        return 0
+    for prompt in _inputs(args):
+        print(prompt, end="", flush=True)
+        for piece in model.stream(prompt, args.truncate, **opts):
+            print(piece, end="", flush=True)
+        print(flush=True)
+    return 0

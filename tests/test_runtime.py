@@ -1,0 +1,353 @@
+"""The ONNX runtime (edgeformer.runtime) against the PyTorch models, and its edges."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from edgeformer.runtime import GenerationOptions, Generator, PackageError, Translator
+from edgeformer.runtime.api import TextStream
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+
+def _export(checkpoint, tmp_path_factory, name):
+    from edgeformer.export import export_package
+
+    return export_package(checkpoint, tmp_path_factory.mktemp("pkg") / name, verbose=False)
+
+
+@pytest.fixture(scope="session")
+def ed_package(ed_checkpoint, tmp_path_factory):
+    return _export(ed_checkpoint, tmp_path_factory, "ed")
+
+
+@pytest.fixture(scope="session")
+def lm_package(lm_checkpoint, tmp_path_factory):
+    return _export(lm_checkpoint, tmp_path_factory, "lm")
+
+
+@pytest.fixture(scope="session")
+def translator(ed_package):
+    return Translator(ed_package, threads=1)
+
+
+@pytest.fixture(scope="session")
+def generator(lm_package):
+    return Generator(lm_package, threads=1)
+
+
+def _load(checkpoint):
+    from edgeformer.models.checkpoint import load_checkpoint
+
+    return load_checkpoint(checkpoint)[0]
+
+
+SOURCES = [[5, 6, 7, 8, 9, 2], [10, 11, 2], [12, 13, 14, 15, 16, 17, 18, 19, 2]]
+PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13, 14]]
+OPTIONS = {
+    "greedy": dict(max_new_tokens=12),
+    "beam": dict(max_new_tokens=12, num_beams=3),
+    "beam-nbest-lp": dict(max_new_tokens=10, num_beams=4, num_hypotheses=3, length_penalty=0.6),
+    "beam-no-early-stop": dict(max_new_tokens=8, num_beams=2, early_stopping=False),
+    "penalties": dict(max_new_tokens=12, repetition_penalty=1.5, min_new_tokens=4),
+    "sampling": dict(max_new_tokens=12, sampling=True, seed=3, top_k=20, top_p=0.9),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_translate_ids_equal_pytorch(name, translator, ed_checkpoint):
+    from edgeformer.models import translate_ids
+
+    opts = GenerationOptions(**OPTIONS[name])
+    expected = translate_ids(_load(ed_checkpoint), SOURCES, opts)
+    assert translator.translate_ids(SOURCES, opts) == expected
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_generate_ids_equal_pytorch(name, generator, lm_checkpoint):
+    from edgeformer.models import complete_ids
+
+    opts = GenerationOptions(**OPTIONS[name])
+    expected = complete_ids(_load(lm_checkpoint), PROMPTS, opts)
+    assert generator.generate_ids(PROMPTS, opts) == expected
+
+
+@pytest.fixture(scope="session")
+def trained_ed(tokenizer_json, tmp_path_factory):
+    """A tiny encoder-decoder trained (~300 steps) to copy the conftest sentences."""
+    from conftest import SENTENCES
+    from tokenizers import Tokenizer
+
+    from edgeformer.models import ModelConfig, build_model
+    from edgeformer.models.checkpoint import save_checkpoint
+    from edgeformer.models.generation import pad_batch
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=tok.get_vocab_size(), d_model=64, n_heads=4, n_encoder_layers=2,
+        n_decoder_layers=2, d_ff=128, dropout=0.0, max_len=64,
+    )  # fmt: skip
+    model = build_model(cfg)
+    seqs = [tok.encode(s).ids for s in SENTENCES]
+    src, src_mask = pad_batch([s + [cfg.eos_id] for s in seqs], cfg.pad_id)
+    tgt, _ = pad_batch([[cfg.bos_id] + s + [cfg.eos_id] for s in seqs], cfg.pad_id)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is faster, above all on a busy machine
+    for _ in range(300):
+        logits = model(src, tgt[:, :-1], src_mask)
+        loss = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), tgt[:, 1:], ignore_index=cfg.pad_id
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.set_num_threads(threads)
+    ckpt = save_checkpoint(tmp_path_factory.mktemp("trained") / "ed", model.eval(), tokenizer_json)
+    return ckpt, _export(ckpt, tmp_path_factory, "trained"), SENTENCES
+
+
+def test_trained_model_equals_pytorch_and_copies(trained_ed):
+    from edgeformer.models import translate_ids
+
+    ckpt, package, sentences = trained_ed
+    t, model = Translator(package, threads=1), _load(ckpt)
+    sources = [t.model.encode(s) + [t.model.eos_id] for s in sentences]
+    for opts in (GenerationOptions(max_new_tokens=30), GenerationOptions(30, num_beams=4)):
+        assert t.translate_ids(sources, opts) == translate_ids(model, sources, opts)
+    # the model really learned the task (outputs are not degenerate) ...
+    copied = t.translate_batch(sentences, max_new_tokens=30)
+    assert sum(a == b for a, b in zip(copied, sentences)) >= len(sentences) - 1, copied
+    # ... and beam search n-best comes out best first
+    nbest = t.translate_batch_nbest(sentences[:2], num_beams=4, num_hypotheses=3)
+    for hyps in nbest:
+        scores = [s for _, s in hyps]
+        assert len(hyps) == 3 and scores == sorted(scores, reverse=True)
+    assert [h[0][0] for h in nbest] == t.translate_batch(sentences[:2], num_beams=4)
+
+
+def test_one_translator_many_threads(translator):
+    texts = ["a man rides a bike .", "two dogs play in the snow .", "zwei hunde .", "a"]
+    jobs = [(texts[i % 4 :] + texts[: i % 4], i % 3 + 1) for i in range(16)]
+    expected = [translator.translate_batch(x, num_beams=b, max_new_tokens=10) for x, b in jobs]
+    got: dict[int, list[str]] = {}
+
+    def work(k: int) -> None:
+        for i in range(k, len(jobs), 8):
+            x, b = jobs[i]
+            got[i] = translator.translate_batch(x, num_beams=b, max_new_tokens=10)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert [got[i] for i in range(len(jobs))] == expected
+
+
+def test_empty_and_too_long_inputs(translator, generator):
+    assert translator.translate("") == ""
+    assert translator.translate_batch(["", "two dogs ."])[0] == ""
+    long = "two dogs play in the snow . " * 20  # > max_len 64 tokens
+    with pytest.raises(ValueError, match="max_len 64"):
+        translator.translate(long)
+    assert isinstance(translator.translate(long, truncate=True, max_new_tokens=4), str)
+    with pytest.raises(ValueError, match="max_len 64"):
+        generator.generate(long)
+    assert isinstance(generator.generate(long, truncate=True, max_new_tokens=4), str)
+    # generation stops at the context limit instead of failing
+    assert len(generator.generate_ids([[5] * 60], GenerationOptions(50, ignore_eos=True))[0]) == 5
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(top_p=0.0),
+        dict(top_p=1.5),
+        dict(temperature=0.0),
+        dict(num_beams=0),
+        dict(max_new_tokens=0),
+        dict(top_k=-1),
+        dict(num_beams=2, num_hypotheses=3),
+        dict(sampling=True, num_beams=2),
+        dict(repetition_penalty=0.0),
+        dict(min_new_tokens=10, max_new_tokens=5),
+        dict(beam_size=4),  # unknown option
+    ],
+)
+def test_invalid_options(bad, translator, generator):
+    with pytest.raises(ValueError):
+        translator.translate("two dogs .", **bad)
+    with pytest.raises(ValueError):
+        generator.generate("two dogs", **bad)
+
+
+def test_package_errors(ed_package, lm_package, tmp_path):
+    with pytest.raises(PackageError, match="not found"):
+        Translator(tmp_path / "nothing")
+    with pytest.raises(PackageError, match="decoder-only.*Generator"):
+        Translator(lm_package)
+    with pytest.raises(PackageError, match="encoder-decoder.*Translator"):
+        Generator(ed_package)
+    with pytest.raises(PackageError, match="no variant 'int3'"):
+        Translator(ed_package, variant="int3")
+    broken = tmp_path / "broken"
+    shutil.copytree(ed_package, broken)
+    (broken / "decoder_with_past.onnx").write_bytes(b"junk")
+    with pytest.raises(PackageError, match="checksum mismatch for decoder_with_past.onnx"):
+        Translator(broken)
+    (broken / "decoder_with_past.onnx").unlink()
+    with pytest.raises(PackageError, match="missing decoder_with_past.onnx"):
+        Translator(broken)
+    assert issubclass(PackageError, ValueError)
+
+
+def test_providers(ed_package):
+    t = Translator(ed_package, provider="cpu", threads=1, spinning=False)
+    assert t.provider == "cpu" and t.translate("two dogs .", max_new_tokens=3) is not None
+    with pytest.raises(ValueError, match="provider"):
+        Translator(ed_package, provider="tpu")
+    auto = Translator(ed_package, provider="auto")
+    if auto.provider == "cpu":  # no working CUDA here: asking for it is an error, not a fallback
+        with pytest.raises(ValueError, match="cuda"):
+            Translator(ed_package, provider="cuda")
+
+
+def _cuda_works() -> bool:
+    return "CUDAExecutionProvider" in ort.get_available_providers() and torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_works(), reason="needs a CUDA GPU with onnxruntime-gpu")
+def test_cuda_equals_cpu(ed_package, lm_package):
+    cpu, gpu = Translator(ed_package, provider="cpu"), Translator(ed_package, provider="cuda")
+    assert gpu.provider == "cuda"
+    for opts in (GenerationOptions(12), GenerationOptions(12, num_beams=3)):
+        assert gpu.translate_ids(SOURCES, opts) == cpu.translate_ids(SOURCES, opts)
+    cpu, gpu = Generator(lm_package, provider="cpu"), Generator(lm_package, provider="cuda")
+    for opts in (GenerationOptions(12), GenerationOptions(12, num_beams=3)):
+        assert gpu.generate_ids(PROMPTS, opts) == cpu.generate_ids(PROMPTS, opts)
+
+
+def test_sampling_is_reproducible(generator, translator):
+    kw = dict(sampling=True, temperature=1.5, top_p=0.95, max_new_tokens=20)
+    runs = [generator.generate_batch(["two dogs", "a man"], seed=7, **kw) for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert translator.translate("a man .", seed=1, **kw) == translator.translate(
+        "a man .", seed=1, **kw
+    )
+    others = {generator.generate("two dogs", seed=s, **kw) for s in range(5)}
+    assert len(others) > 1  # the seed matters
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(sampling=True, seed=3), dict(num_beams=2)])
+def test_stream_concatenates_to_generate(generator, kw):
+    for prompt in ("two dogs", "", "zwei"):
+        pieces = list(generator.stream(prompt, max_new_tokens=25, **kw))
+        assert "".join(pieces) == generator.generate(prompt, max_new_tokens=25, **kw)
+        assert all(pieces)
+
+
+def test_text_stream_holds_back_split_characters():
+    text = "grüße, wörld € 😀 ok"
+    data = list(text.encode())  # one "token" per byte: multi-byte characters are split
+
+    def decode(ids):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    s = TextStream(decode)
+    pieces = [s.push(b) for b in data] + [s.flush()]
+    assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
+
+
+def test_no_torch_in_the_runtime(ed_package, lm_package):
+    code = textwrap.dedent(f"""
+        import sys
+        from edgeformer.runtime import Translator, Generator
+        from edgeformer.runtime.cli import main
+        t = Translator({str(ed_package)!r})
+        print(t.translate("two dogs .", max_new_tokens=5), t.translate("a", num_beams=2))
+        g = Generator({str(lm_package)!r})
+        print("".join(g.stream("two", max_new_tokens=5)), g.generate("a", sampling=True))
+        main(["translate", {str(ed_package)!r}, "two dogs .", "--max-new-tokens", "3"])
+        assert "torch" not in sys.modules, sorted(m for m in sys.modules if "torch" in m)
+        print("NO_TORCH")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "NO_TORCH" in out.stdout, out.stderr
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_memory_is_stable_over_many_generations(generator, translator):
+    opts = GenerationOptions(max_new_tokens=4, ignore_eos=True)
+    beam = GenerationOptions(max_new_tokens=4, num_beams=2)
+    for _ in range(100):  # warm-up: arenas and caches reach their size
+        generator.generate_ids([[5, 6, 7]], opts)
+        translator.translate_ids([[5, 6, 2], [7, 2]], beam)
+    before = _rss_mb()
+    for i in range(1000):
+        generator.generate_ids([[5, 6, 7][: 1 + i % 3]], opts)
+        if i % 4 == 0:
+            translator.translate_ids([[5, 6, 2], [7, 2]], beam)
+    growth = _rss_mb() - before
+    print(f"RSS growth over 1000 LM + 250 ED beam generations: {growth:.1f} MB")
+    assert growth < 20, f"RSS grew by {growth:.1f} MB"
+
+
+def test_cli_translate_and_generate(ed_package, lm_package, capsys, monkeypatch):
+    import io
+
+    from edgeformer.runtime.cli import main
+
+    t = Translator(ed_package)
+    texts = ["two dogs .", "a man rides a bike ."]
+    assert main(["translate", str(ed_package), *texts, "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines() == t.translate_batch(texts, max_new_tokens=8)
+    assert "on cpu" in out.err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("two dogs .\n\na man rides a bike .\n"))
+    assert main(["translate", str(ed_package), "--max-new-tokens", "8", "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    assert lines == t.translate_batch([texts[0], "", texts[1]], max_new_tokens=8, num_beams=2)
+    assert main(["translate", str(ed_package), "x", "--n-best", "2", "--max-new-tokens", "4"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    g = Generator(lm_package)
+    args = ["--sample", "--seed", "1", "--top-k", "5", "--max-new-tokens", "10"]
+    assert main(["generate", str(lm_package), "two dogs", *args]) == 0
+    expected = g.generate("two dogs", sampling=True, seed=1, top_k=5, max_new_tokens=10)
+    assert capsys.readouterr().out == "two dogs" + expected + "\n"
+    assert main(["translate", str(ed_package), "x", "--top-p", "2"]) == 2
+    assert "top_p" in capsys.readouterr().err
+    assert main(["generate", str(ed_package), "x"]) == 2
+    assert "Translator" in capsys.readouterr().err
+
+
+def test_package_config_is_read_not_guessed(ed_package, tmp_path):
+    """A package whose graphs do not match the contract is refused with a clear error."""
+    from edgeformer.runtime.package import sha256
+
+    pkg = tmp_path / "swapped"
+    shutil.copytree(ed_package, pkg)
+    config = json.loads((pkg / "config.json").read_text())
+    files = config["variants"]["fp32"]["files"]
+    files["decoder"], files["decoder_with_past"] = files["decoder_with_past"], files["decoder"]
+    config["files"] = {f: sha256(pkg / f) for f in config["files"]}
+    (pkg / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PackageError, match="contract"):
+        Translator(pkg)
