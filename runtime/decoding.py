@@ -77,7 +77,8 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _check_finite(logits: np.ndarray) -> None:
-    if not np.isfinite(logits).any(axis=-1).all() or np.isnan(logits).any():
+    """NaN anywhere in a row, or a row with no finite logit, is an error (never passed on)."""
+    if not np.isfinite(logits.max(axis=-1)).all():
         raise FloatingPointError("the model produced NaN (or all -inf) logits")
 
 
@@ -100,12 +101,15 @@ class _Penalties:
                 self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
 
     def apply(self, logits: np.ndarray, n_generated: int) -> np.ndarray:
+        ban_eos = self.opts.ignore_eos or n_generated < self.opts.min_new_tokens
+        if self.seen is None and not ban_eos:
+            return logits
         logits = logits.astype(np.float32, copy=True)
         if self.seen is not None:
             p = self.opts.repetition_penalty
             hit = self.seen
             logits = np.where(hit, np.where(logits > 0, logits / p, logits * p), logits)
-        if self.opts.ignore_eos or n_generated < self.opts.min_new_tokens:
+        if ban_eos:
             logits[:, self.eos_id] = -np.inf
         return logits
 
@@ -221,14 +225,19 @@ def beam_search(
     done = np.zeros(B, dtype=bool)
 
     for t in range(opts.max_new_tokens):
-        cand = (beam_scores[:, None] + logp).reshape(B, K * vocab)
-        top = np.argpartition(-cand, 2 * K, axis=-1)[:, : 2 * K]
-        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, -1), -1), -1)
+        # the best 2K continuations of each beam, then the best 2K of each batch row
+        cand = beam_scores[:, None] + logp  # (B*K, V)
+        m = min(2 * K, vocab)
+        best = np.argpartition(-cand, m - 1, axis=-1)[:, :m]  # (B*K, m) token ids
+        best_scores = np.take_along_axis(cand, best, -1).reshape(B, K * m)
+        flat = (np.arange(B * K)[:, None] * vocab + best).reshape(B, K * m) % (K * vocab)
+        order = np.argsort(-best_scores, axis=-1, kind="stable")[:, : 2 * K]
+        top = np.take_along_axis(flat, order, -1)  # (B, 2K) indices into beam * vocab + token
+        top_scores = np.take_along_axis(best_scores, order, -1)
         new_rows, new_tokens, new_scores = [], [], []
         for b in range(B):
             chosen = 0
-            for idx in top[b]:
-                score = float(cand[b, idx])
+            for idx, score in zip(top[b].tolist(), top_scores[b].tolist()):
                 beam, tok = divmod(int(idx), vocab)
                 src = b * K + beam
                 if done[b] or score == -np.inf:
