@@ -1,0 +1,209 @@
+"""Build every stack's model files on disk once per shape: our checkpoint and package, the
+Hugging Face model, its Optimum ONNX export (fp32, dynamic int8) and its CTranslate2 conversion.
+
+Everything is made from a config with random weights (fixed seed); nothing comes from a hub.
+Each folder gets a stamp holding the config it was built from, so `--work DIR` can reuse it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from .shapes import SEED, Shape
+
+OUR_SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]  # ids 0..3, as ModelConfig's defaults
+PACKAGE_VARIANTS = ("fp32", "int8", "int4", "int8-dynamic", "fp16")
+READ_ONLY = False  # set in child processes: use what the parent built, never rebuild
+
+
+def _cached(path: Path, key: dict, build: Callable[[Path], None]) -> Path:
+    """Run `build(path)` unless `path` holds a finished build of the same `key`."""
+    stamp = path / ".bench-stamp.json"
+    if (stamp.is_file() and json.loads(stamp.read_text()) == key) or READ_ONLY:
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    build(path)
+    path.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(key))
+    return path
+
+
+def _word_tokenizer(vocab: list[str], unk: str):
+    """A whitespace word-level `tokenizers` tokenizer over a fixed token list (ids = positions)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tok
+
+
+def our_checkpoint(shape: Shape, work: Path) -> Path:
+    """Our random-weight model (seed SEED) saved as an edgeformer checkpoint."""
+
+    def build(path: Path) -> None:
+        import torch
+
+        from edgeformer.models import build_model
+        from edgeformer.models.checkpoint import save_checkpoint
+
+        vocab = OUR_SPECIALS + [f"t{i}" for i in range(len(OUR_SPECIALS), shape.cfg.vocab_size)]
+        tok_path = work / f"{shape.name}-tokenizer.json"
+        _word_tokenizer(vocab, "[UNK]").save(str(tok_path))
+        torch.manual_seed(SEED)
+        save_checkpoint(path, build_model(shape.cfg).eval(), tok_path)
+
+    return _cached(work / f"{shape.name}-checkpoint", shape.cfg.to_dict(), build)
+
+
+def our_package(shape: Shape, work: Path, variants=PACKAGE_VARIANTS) -> Path:
+    """Our checkpoint exported with `edgeformer.export` (all variants in one package)."""
+    ckpt = our_checkpoint(shape, work)
+
+    def build(path: Path) -> None:
+        from edgeformer.export import export_package
+
+        with warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            export_package(ckpt, path, variants=tuple(variants), force=True, verbose=False)
+
+    key = {"cfg": shape.cfg.to_dict(), "variants": list(variants)}
+    return _cached(work / f"{shape.name}-package", key, build)
+
+
+# ---- peers: Hugging Face model of the same shape, and its conversions ---------------------------
+
+
+def hf_config(shape: Shape):
+    """MarianConfig / GPT2Config mirroring our shape (Marian conventions: pad = last id)."""
+    c = shape.cfg
+    V = c.vocab_size
+    if shape.is_ed:
+        from transformers import MarianConfig
+
+        return MarianConfig(
+            vocab_size=V, d_model=c.d_model, encoder_layers=c.n_encoder_layers,
+            decoder_layers=c.n_decoder_layers, encoder_attention_heads=c.n_heads,
+            decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff,
+            activation_function=c.activation, max_position_embeddings=c.max_len,
+            dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
+            pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1,
+            forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True,
+        )  # fmt: skip
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        vocab_size=V, n_positions=c.max_len, n_embd=c.d_model, n_layer=c.n_decoder_layers,
+        n_head=c.n_heads, n_inner=c.d_ff, activation_function="gelu", resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=V - 1, eos_token_id=V - 1,
+        pad_token_id=V - 1,
+    )  # fmt: skip
+
+
+def hf_vocab(shape: Shape) -> list[str]:
+    """Token strings by id: ED '</s>' 0, '<unk>' 1, '<pad>' last; LM '<unk>' 0, eos last."""
+    V = shape.cfg.vocab_size
+    if shape.is_ed:
+        return ["</s>", "<unk>"] + [f"t{i}" for i in range(2, V - 1)] + ["<pad>"]
+    return ["<unk>"] + [f"t{i}" for i in range(1, V - 1)] + ["<|endoftext|>"]
+
+
+def hf_model_dir(shape: Shape, work: Path) -> Path:
+    """The random-weight HF model (seed SEED) and a matching fast tokenizer, save_pretrained."""
+
+    def build(path: Path) -> None:
+        import torch
+        from transformers import GPT2LMHeadModel, MarianMTModel, PreTrainedTokenizerFast
+
+        torch.manual_seed(SEED)
+        cls = MarianMTModel if shape.is_ed else GPT2LMHeadModel
+        cls(hf_config(shape)).eval().save_pretrained(path)
+        vocab = hf_vocab(shape)
+        specials = (
+            dict(eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+            if shape.is_ed
+            else dict(bos_token=vocab[-1], eos_token=vocab[-1], unk_token="<unk>")
+        )
+        tok = _word_tokenizer(vocab, specials["unk_token"])
+        PreTrainedTokenizerFast(tokenizer_object=tok, **specials).save_pretrained(path)
+
+    return _cached(work / f"{shape.name}-hf", shape.cfg.to_dict(), build)
+
+
+def optimum_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
+    """Optimum's ONNX export of the HF model; `int8`: ORTQuantizer dynamic int8 (avx2 config)."""
+    hf = hf_model_dir(shape, work)
+
+    def export(path: Path) -> None:
+        from optimum.onnxruntime import ORTModelForCausalLM, ORTModelForSeq2SeqLM
+
+        cls = ORTModelForSeq2SeqLM if shape.is_ed else ORTModelForCausalLM
+        with warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            cls.from_pretrained(hf, export=True).save_pretrained(path)
+        for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (hf / f).is_file():
+                shutil.copy(hf / f, path / f)
+
+    fp32 = _cached(work / f"{shape.name}-optimum-fp32", shape.cfg.to_dict(), export)
+    if not int8:
+        return fp32
+
+    def quantize(path: Path) -> None:
+        from optimum.onnxruntime import ORTQuantizer
+        from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+        qcfg = AutoQuantizationConfig.avx2(is_static=False, per_channel=False)
+        path.mkdir(parents=True)
+        for f in sorted(fp32.glob("*.onnx")):
+            with warnings.catch_warnings(), _quiet():
+                warnings.simplefilter("ignore")
+                q = ORTQuantizer.from_pretrained(fp32, file_name=f.name)
+                q.quantize(save_dir=path, quantization_config=qcfg)
+        for f in fp32.iterdir():
+            if f.suffix == ".json":
+                shutil.copy(f, path / f.name)
+
+    return _cached(work / f"{shape.name}-optimum-int8", shape.cfg.to_dict(), quantize)
+
+
+def ct2_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
+    """CTranslate2's TransformersConverter output, weights stored as float32 or int8."""
+    hf = hf_model_dir(shape, work)
+
+    def convert(path: Path) -> None:
+        import ctranslate2
+
+        with warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            ctranslate2.converters.TransformersConverter(str(hf)).convert(
+                str(path), quantization="int8" if int8 else None, force=True
+            )
+
+    name = f"{shape.name}-ct2-{'int8' if int8 else 'fp32'}"
+    return _cached(work / name, shape.cfg.to_dict(), convert)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the exporters' progress prints (stdout only; errors still raise)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def dir_size(paths: list[Path]) -> int:
+    """Bytes on disk of files and folders (recursively)."""
+    total = 0
+    for p in paths:
+        if p.is_dir():
+            total += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        elif p.is_file():
+            total += p.stat().st_size
+    return total

@@ -1,0 +1,161 @@
+"""Timing protocol and memory measurement.
+
+Timing: every stack gets `warmup` untimed calls, then `rounds` interleaved rounds: in each round
+each stack runs once in turn (the order rotates every round), so drift in machine load hits all
+stacks alike. One turn times three calls: the full forced-length generation (total), the same
+with one new token (time to first token: encoder or prefill + first step), and the encoder
+alone (ED stacks that expose it). Figures are medians with min-max over rounds.
+
+Memory: peak RSS of a fresh child process that loads one stack and runs each workload once
+(`--memory subprocess`, the default: it includes the interpreter and every library the stack
+imports, as a deployment would), or the growth of this process's peak RSS while loading a stack
+and running its first call (`--memory delta`: cheap, but libraries imported earlier by other
+stacks are not counted).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .shapes import Workload
+
+
+def stats(values: list[float]) -> dict:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def _timed(fn, *args) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn(*args)
+    return (time.perf_counter() - t) * 1e3, out
+
+
+def agreement(out: list[list[int]], ref: list[list[int]] | None) -> float | None:
+    """Fraction of generated positions equal to the reference's (None without a reference)."""
+    if ref is None:
+        return None
+    pairs = [(a, b) for r, s in zip(out, ref) for a, b in zip(r, s)]
+    total = max(sum(len(s) for s in ref), 1)
+    return sum(a == b for a, b in pairs) / total
+
+
+def run_workload(
+    runners: dict, inputs: dict, workload: Workload, rounds: int, warmup: int, log=print
+) -> dict[str, dict]:
+    """Time every runner on one workload; returns {stack: record} (see module docstring)."""
+    n = workload.new_tokens
+    outputs: dict[str, list[list[int]]] = {}
+    for name, r in runners.items():
+        for i in range(max(warmup, 1)):
+            out = r.generate(inputs[name], n)
+            if i == 0:
+                outputs[name] = out
+        r.generate(inputs[name], 1)
+        if r.encode:
+            r.encode(inputs[name])
+    times: dict[str, dict[str, list[float]]] = {k: {} for k in runners}
+    names = list(runners)
+    for rnd in range(rounds):
+        k = rnd % len(names)
+        for name in names[k:] + names[:k]:
+            r, ids, t = runners[name], inputs[name], times[name]
+            t.setdefault("total", []).append(_timed(r.generate, ids, n)[0])
+            t.setdefault("ttft", []).append(_timed(r.generate, ids, 1)[0])
+            if r.encode:
+                t.setdefault("encoder", []).append(_timed(r.encode, ids)[0])
+    records = {}
+    for name, t in times.items():
+        total, ttft = t["total"], t["ttft"]
+        decode = [(a - b) / max(n - 1, 1) for a, b in zip(total, ttft)]
+        out = outputs[name]
+        records[name] = {
+            "total_ms": stats(total),
+            "ms_per_token": stats([x / n for x in total]),
+            "ttft_ms": stats(ttft),
+            "decode_ms_per_token": stats(decode),
+            "encoder_ms": stats(t["encoder"]) if "encoder" in t else None,
+            "tokens_per_s": workload.batch * n / (statistics.median(total) / 1e3),
+            "forced_length_ok": all(len(o) == n for o in out) and len(out) == workload.batch,
+            "distinct_tokens": len({tok for o in out for tok in o}),
+            "outputs_head": [o[:8] for o in out[:2]],
+            "_outputs": out,
+        }
+        ms = records[name]["ms_per_token"]
+        log(
+            f"  {workload.name:<9} {name:<22} {ms['median']:8.3f} ms/token "
+            f"(min {ms['min']:.3f}, max {ms['max']:.3f})"
+        )
+    return records
+
+
+def run_sweep(
+    runners: dict, inputs: dict, workload: Workload, rounds: int, warmup: int, log=print
+) -> dict[str, dict]:
+    """Throughput at one batch size: total time only, interleaved like `run_workload`."""
+    n = workload.new_tokens
+    for name, r in runners.items():
+        for _ in range(max(warmup, 1)):
+            r.generate(inputs[name], n)
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    names = list(runners)
+    for rnd in range(rounds):
+        k = rnd % len(names)
+        for name in names[k:] + names[:k]:
+            times[name].append(_timed(runners[name].generate, inputs[name], n)[0])
+    records = {}
+    for name, t in times.items():
+        tps = [workload.batch * n / (x / 1e3) for x in t]
+        records[name] = {"total_ms": stats(t), "tokens_per_s": stats(tps)}
+        log(f"  batch {workload.batch:<3} {name:<22} {statistics.median(tps):10.1f} tokens/s")
+    return records
+
+
+# ---- memory ------------------------------------------------------------------------------------
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's VmHWM (Linux >= 4.0); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_mb() -> float:
+    return _status_kb("VmRSS") / 1024
+
+
+def peak_rss_mb() -> float:
+    return _status_kb("VmHWM") / 1024
+
+
+def child_peak_rss(spec: dict, timeout: float = 600) -> dict:
+    """Run `python -m edgeformer.benchmarks.memory` on `spec`; its JSON result or an error."""
+    cmd = [sys.executable, "-m", "edgeformer.benchmarks.memory", json.dumps(spec)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"exit {p.returncode}: {tail[0][:200]}"}
+    return json.loads(lines[-1])

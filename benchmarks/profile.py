@@ -1,0 +1,142 @@
+"""`--profile`: where one decode step's time goes.
+
+1. onnxruntime's profiler (SessionOptions.enable_profiling) on the package's decoder_with_past
+   graph, batch 1, a past of `past` positions: kernel time per op type, per step.
+2. Python outside session.run: the runtime's full W1 generation with every
+   InferenceSession.run / run_with_iobinding timed, for each ORT-based stack (ours and Optimum).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def _feed(session, cfg, batch: int, past: int, src: int, rng) -> dict:
+    """Synthetic inputs for a decoder_with_past graph from its declared inputs."""
+    H, D = cfg.n_heads, cfg.d_model // cfg.n_heads
+    feed = {}
+    for i in session.get_inputs():
+        dtype = np.float16 if "float16" in i.type else np.float32
+        if i.name == "input_ids":
+            feed[i.name] = rng.integers(4, cfg.vocab_size, (batch, 1), dtype=np.int64)
+        elif i.name == "encoder_attention_mask":
+            feed[i.name] = np.ones((batch, src), np.int64)
+        elif i.name == "attention_mask":
+            feed[i.name] = np.ones((batch, past + 1), np.int64)
+        elif ".encoder." in i.name:
+            feed[i.name] = rng.standard_normal((batch, H, src, D)).astype(dtype)
+        else:  # self-attention past
+            feed[i.name] = rng.standard_normal((batch, H, past, D)).astype(dtype)
+    return feed
+
+
+def decode_step_ops(
+    graph: Path, cfg, threads: int, steps: int = 30, warmup: int = 5, past: int = 24
+) -> dict:
+    """Kernel time per op type for one decoder_with_past step, from onnxruntime's profiler."""
+    import onnxruntime as ort
+
+    from .stacks import ort_options
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort_options(threads, profile_file=os.path.join(tmp, "ort"))
+        sess = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+        feed = _feed(sess, cfg, 1, past, 16, np.random.default_rng(0))
+        walls = []
+        for i in range(warmup + steps):
+            t = time.perf_counter()
+            sess.run(None, feed)
+            if i >= warmup:
+                walls.append((time.perf_counter() - t) * 1e6)
+        trace = json.loads(Path(sess.end_profiling()).read_text())
+    runs = sorted(
+        (e for e in trace if e.get("cat") == "Session" and e.get("name") == "model_run"),
+        key=lambda e: e["ts"],
+    )[warmup:]
+    if not runs:
+        return {"error": "the profiler recorded no model_run events"}
+    start = runs[0]["ts"]
+    per_op: dict[str, float] = defaultdict(float)
+    nodes = 0
+    for e in trace:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= start:
+            per_op[e.get("args", {}).get("op_name", "?")] += e["dur"]
+            nodes += 1
+    n = len(runs)
+    kernel = sum(per_op.values()) / n
+    run_us = sum(e["dur"] for e in runs) / n
+    ops = [
+        {"op_type": op, "us_per_step": us / n, "pct_of_kernels": 100 * us / n / max(kernel, 1e-9)}
+        for op, us in sorted(per_op.items(), key=lambda kv: -kv[1])
+    ]
+    return {
+        "graph": graph.name,
+        "past": past,
+        "steps": n,
+        "nodes_per_step": nodes / n,
+        "kernel_us_per_step": kernel,
+        "model_run_us_per_step": run_us,
+        "session_run_wall_us_per_step": float(np.median(walls)),
+        "ops": ops,
+    }
+
+
+@contextlib.contextmanager
+def count_session_time():
+    """Time spent inside onnxruntime InferenceSession.run* calls (all sessions) while active."""
+    import onnxruntime as ort
+
+    cls = ort.InferenceSession
+    acc = {"ms": 0.0, "calls": 0}
+    saved = {}
+    for name in ("run", "run_with_iobinding", "run_with_ort_values"):
+        if not hasattr(cls, name):
+            continue
+        orig = getattr(cls, name)
+        saved[name] = cls.__dict__.get(name)
+
+        def timed(self, *a, _orig=orig, **kw):
+            t = time.perf_counter()
+            try:
+                return _orig(self, *a, **kw)
+            finally:
+                acc["ms"] += (time.perf_counter() - t) * 1e3
+                acc["calls"] += 1
+
+        setattr(cls, name, timed)
+    try:
+        yield acc
+    finally:
+        for name, orig in saved.items():
+            if orig is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, orig)
+
+
+def python_overhead(runner, ids: list[list[int]], n: int, repeats: int = 3) -> dict:
+    """Total generation time vs time inside session.run (median of `repeats`)."""
+    rows = []
+    for _ in range(repeats):
+        with count_session_time() as acc:
+            t = time.perf_counter()
+            runner.generate(ids, n)
+            total = (time.perf_counter() - t) * 1e3
+        rows.append((total, acc["ms"], acc["calls"]))
+    total, inside, calls = sorted(rows)[len(rows) // 2]
+    return {
+        "total_ms": total,
+        "in_session_run_ms": inside,
+        "outside_ms": total - inside,
+        "outside_pct": 100 * (total - inside) / total if total else 0.0,
+        "outside_ms_per_token": (total - inside) / n,
+        "session_runs": calls,
+    }

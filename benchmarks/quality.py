@@ -1,0 +1,157 @@
+"""Quality of trained packages per variant, with speed: BLEU on Multi30k test_2016_flickr
+(translation) and perplexity on the Tiny Shakespeare val split (the last 10 % of input.txt).
+
+Both read the bundled data (edgeformer/train/data). BLEU is sacrebleu's corpus BLEU on
+detokenised output, cased and lowercased, greedy. Perplexity runs the package's `decoder` graph
+over non-overlapping windows of max_len tokens (every token after a window's first is predicted
+once), so it measures exactly what the runtime ships.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def data_dir() -> Path:
+    import edgeformer.train
+
+    return Path(edgeformer.train.__file__).parent / "data"
+
+
+def multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
+    with gzip.open(data_dir() / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    return lines[:limit] if limit else lines
+
+
+def shakespeare_val() -> str:
+    text = (data_dir() / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    return text[int(0.9 * len(text)) :]
+
+
+def direction(package: str | Path, translator=None, probe: int = 20) -> tuple[str, str]:
+    """(src, tgt) language: from config.json ('task' {src_lang, tgt_lang} or 'direction'), else
+    by translating `probe` test sentences both ways and keeping the direction with higher BLEU."""
+    import json
+
+    import sacrebleu
+
+    cfg = json.loads((Path(package) / "config.json").read_text())
+    for d in (cfg.get("task") or {}, cfg.get("meta", {}).get("task") or {}, cfg):
+        if d.get("src_lang") and d.get("tgt_lang"):
+            return d["src_lang"], d["tgt_lang"]
+        if isinstance(d.get("direction"), str) and "-" in d["direction"]:
+            src, tgt = d["direction"].split("-", 1)
+            return src, tgt
+    en, de = multi30k("test_2016_flickr", "en", probe), multi30k("test_2016_flickr", "de", probe)
+    scores = {
+        ("en", "de"): sacrebleu.corpus_bleu(translator.translate_batch(en), [de]).score,
+        ("de", "en"): sacrebleu.corpus_bleu(translator.translate_batch(de), [en]).score,
+    }
+    return max(scores, key=scores.get)
+
+
+def bleu(
+    package: str | Path,
+    variants: list[str] | None = None,
+    threads: int = 2,
+    limit: int | None = None,
+    batch_size: int = 32,
+    log=print,
+) -> dict:
+    """{"direction", "sentences", "variants": {v: {bleu, bleu_lc, seconds, sentences_per_s}}}"""
+    import sacrebleu
+
+    from edgeformer.runtime import Translator
+    from edgeformer.runtime.package import load_package
+
+    pkg = load_package(package)
+    variants = variants or pkg.variants
+    result: dict = {"package": str(package), "variants": {}}
+    src_lang = tgt_lang = None
+    for v in variants:
+        tr = Translator(package, variant=v, provider="cpu", threads=threads)
+        if src_lang is None:
+            src_lang, tgt_lang = direction(package, tr)
+            src = multi30k("test_2016_flickr", src_lang, limit)
+            refs = multi30k("test_2016_flickr", tgt_lang, limit)
+            result.update(direction=f"{src_lang}-{tgt_lang}", sentences=len(src))
+        t = time.perf_counter()
+        hyps = []
+        for i in range(0, len(src), batch_size):
+            hyps += tr.translate_batch(src[i : i + batch_size], truncate=True)
+        secs = time.perf_counter() - t
+        result["variants"][v] = {
+            "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+            "bleu_lc": round(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score, 2),
+            "seconds": round(secs, 2),
+            "sentences_per_s": round(len(src) / secs, 1),
+            "example": hyps[0] if hyps else "",
+        }
+        log(f"  BLEU {v:<13} {result['variants'][v]['bleu']:6.2f}  ({secs:.1f} s)")
+    return result
+
+
+def perplexity(
+    package: str | Path,
+    variants: list[str] | None = None,
+    threads: int = 2,
+    limit: int | None = None,
+    batch_size: int = 8,
+    log=print,
+) -> dict:
+    """{"tokens", "variants": {v: {loss, ppl, seconds, tokens_per_s}}} on Shakespeare val."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from edgeformer.runtime.package import load_package
+
+    from .stacks import ort_options
+
+    pkg = load_package(package)
+    variants = variants or pkg.variants
+    T = pkg.config["model"]["max_len"]
+    tok = Tokenizer.from_file(str(Path(package) / "tokenizer.json"))
+    lines = shakespeare_val().splitlines(keepends=True)  # as edgeformer.train's encode_stream
+    enc = tok.encode_batch(lines, add_special_tokens=False)
+    ids = np.asarray([i for e in enc for i in e.ids], np.int64)
+    windows = [ids[s : s + T + 1] for s in range(0, len(ids) - 1, T)]
+    windows = [w for w in windows if len(w) > 1][:limit] if limit else windows
+    result: dict = {"package": str(package), "windows": len(windows), "variants": {}}
+    for v in variants:
+        sess = ort.InferenceSession(
+            str(pkg.file("decoder", v)), ort_options(threads), providers=["CPUExecutionProvider"]
+        )
+        t = time.perf_counter()
+        nll, count = 0.0, 0
+        groups: dict[int, list] = {}
+        for w in windows:
+            groups.setdefault(len(w), []).append(w)
+        for group in groups.values():
+            for b in range(0, len(group), batch_size):
+                w = np.stack(group[b : b + batch_size])
+                x, y = w[:, :-1], w[:, 1:]
+                (logits,) = sess.run(
+                    ["logits"], {"input_ids": x, "attention_mask": np.ones_like(x)}
+                )
+                z = logits.astype(np.float64)
+                z -= z.max(-1, keepdims=True)
+                logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+                nll -= np.take_along_axis(logp, y[..., None], -1).sum()
+                count += y.size
+        secs = time.perf_counter() - t
+        loss = nll / max(count, 1)
+        result["tokens"] = count
+        result["variants"][v] = {
+            "loss": round(loss, 4),
+            "ppl": round(math.exp(loss), 3),
+            "seconds": round(secs, 2),
+            "tokens_per_s": round(count / secs, 1),
+        }
+        log(f"  PPL  {v:<13} {math.exp(loss):8.3f}  (loss {loss:.4f}, {secs:.1f} s)")
+    return result
