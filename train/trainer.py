@@ -1,0 +1,637 @@
+"""The training loops: translation (Multi30k, epochs of token-count batches) and language
+modelling (Tiny Shakespeare, nanoGPT-style random windows and iterations).
+
+    OUT/best/       checkpoint with the lowest validation loss
+    OUT/last/       latest checkpoint + train_state.safetensors / train_state.json (--resume)
+    OUT/averaged/   mean of the weights of the last `average_last` evaluations
+    OUT/epochs/     the weights being averaged (epoch_NNN.safetensors)
+    OUT/log.jsonl   one JSON line per epoch (LM: per evaluation) and a final summary
+    OUT/loss.png    train / val loss curves
+    OUT/samples.md  translations (source | reference | prediction) or generated text
+
+Resuming is exact: the data order and the dropout RNG are reseeded from (seed, epoch) at the
+start of each epoch, and the optimizer state is saved as tensors, so no RNG state is stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file, load_model, save_file, save_model
+from tqdm import tqdm
+
+from edgeformer.models import ModelConfig, build_model
+from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
+
+from .config import TrainConfig
+from .data import load_multi30k, load_shakespeare
+from .evaluate import lm_samples, translate_texts
+from .tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    encode,
+    encode_stream,
+    load_tokenizer,
+    train_bpe,
+    train_char,
+)
+
+STATE_TENSORS, STATE_JSON = "train_state.safetensors", "train_state.json"
+
+# ----------------------------------------------------------------------------- batches and loss
+
+
+def teacher_forcing(tgt: list[int], bos: int = BOS_ID, eos: int = EOS_ID):
+    """Target ids y -> (decoder input [BOS] + y, decoder output y + [EOS])."""
+    return [bos] + tgt, tgt + [eos]
+
+
+def make_pairs(
+    src: list[list[int]], tgt: list[list[int]], max_len: int
+) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """(source + [EOS], target) pairs that fit max_len, and the number filtered out."""
+    pairs = [(s + [EOS_ID], t) for s, t in zip(src, tgt)]
+    kept = [(s, t) for s, t in pairs if len(s) <= max_len and len(t) + 1 <= max_len]
+    return kept, len(pairs) - len(kept)
+
+
+def token_batches(
+    lengths: list[int], batch_tokens: int, seed: int | None = None
+) -> list[list[int]]:
+    """Indices grouped by length into batches of <= batch_tokens padded tokens, then shuffled.
+
+    With a seed, equal lengths are ordered at random and the batch order is shuffled."""
+    lengths_ = np.asarray(lengths)
+    rng = np.random.default_rng(seed) if seed is not None else None
+    ties = rng.random(len(lengths_)) if rng is not None else np.arange(len(lengths_))
+    batches, cur, longest = [], [], 0
+    for i in np.lexsort((ties, lengths_)):
+        longest_with_i = max(longest, int(lengths_[i]))
+        if cur and longest_with_i * (len(cur) + 1) > batch_tokens:
+            batches.append(cur)
+            cur, longest_with_i = [], int(lengths_[i])
+        cur.append(int(i))
+        longest = longest_with_i
+    if cur:
+        batches.append(cur)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+
+def collate(pairs: list[tuple[list[int], list[int]]]):
+    """Pairs -> src (B, S), tgt_in (B, T), tgt_out (B, T), padded with PAD."""
+
+    def pad(seqs: list[list[int]]) -> torch.Tensor:
+        out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        return out
+
+    shifted = [teacher_forcing(t) for _, t in pairs]
+    return pad([s for s, _ in pairs]), pad([i for i, _ in shifted]), pad([o for _, o in shifted])
+
+
+def smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.0, pad_id: int = PAD_ID
+) -> torch.Tensor:
+    """Mean label-smoothed cross-entropy over the non-padding targets. (B, T, V), (B, T) -> ()"""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(),
+        target.flatten(),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+    )
+
+
+def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
+    """Linear warm-up to cfg.lr, then lr * sqrt(warmup / step) or a cosine down to min_lr."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    if cfg.schedule == "inverse-sqrt":
+        return cfg.lr * math.sqrt(cfg.warmup / (step + 1))
+    progress = min(1.0, (step - cfg.warmup) / max(1, total_steps - cfg.warmup))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (not biases, LayerNorms)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-9)
+
+
+# ---------------------------------------------------------------- train state (no pickle)
+
+
+def save_train_state(path: Path, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Optimizer tensors -> train_state.safetensors; step, epoch, history... -> train_state.json."""
+    sd = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for idx, st in sd["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"{idx}.{k}"] = v.detach().cpu().contiguous()
+            else:
+                scalars[f"{idx}.{k}"] = v
+    save_file(tensors, str(path / STATE_TENSORS))
+    meta = {"optimizer": {"param_groups": sd["param_groups"], "scalars": scalars}, **state}
+    (path / STATE_JSON).write_text(json.dumps(meta, indent=1))
+
+
+def load_train_state(path: Path, optimizer: torch.optim.Optimizer) -> dict:
+    """Restore the optimizer from `path`; returns the JSON state (step, epoch, history, ...)."""
+    for name in (STATE_TENSORS, STATE_JSON):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"cannot resume: {path / name} not found")
+    meta = json.loads((path / STATE_JSON).read_text())
+    opt = meta.pop("optimizer")
+    state: dict[int, dict] = {}
+    for key, v in load_file(str(path / STATE_TENSORS)).items():
+        idx, k = key.split(".", 1)
+        state.setdefault(int(idx), {})[k] = v
+    for key, v in opt["scalars"].items():
+        idx, k = key.split(".", 1)
+        state.setdefault(int(idx), {})[k] = v
+    for g in opt["param_groups"]:
+        g["betas"] = tuple(g["betas"])
+    optimizer.load_state_dict({"state": state, "param_groups": opt["param_groups"]})
+    return meta
+
+
+def average_weights(paths: list[Path], model: nn.Module) -> None:
+    """Load the element-wise mean of the weights files `paths` into `model`."""
+    total = None
+    for p in paths:
+        load_model(model, str(p))
+        sd = {k: v.detach().double().clone() for k, v in model.state_dict().items()}
+        total = sd if total is None else {k: total[k] + sd[k] for k in total}
+    model.load_state_dict({k: (v / len(paths)).float() for k, v in total.items()})
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Run:
+    """What every loop shares: config, output folder, device, distributed rank, the log."""
+
+    cfg: TrainConfig
+    out: Path
+    device: torch.device
+    rank: int = 0
+    world: int = 1
+    t0: float = field(default_factory=time.time)
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def say(self, msg: str) -> None:
+        if self.main:
+            tqdm.write(msg, file=sys.stdout)
+
+    def log(self, record: dict) -> None:
+        if self.main:
+            with open(self.out / "log.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def progress(self, it, **kw):
+        quiet = self.cfg.quiet or not self.main or not sys.stderr.isatty()
+        return tqdm(it, disable=quiet, leave=False, dynamic_ncols=True, **kw)
+
+    def autocast(self):
+        if self.device.type == "cuda" and self.cfg.amp:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+
+def setup(cfg: TrainConfig) -> Run:
+    """Device, process group (under torchrun / WORLD_SIZE > 1), output folder."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA GPU is available")
+    device = torch.device(cfg.device)
+    if cfg.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo")
+    out = Path(cfg.out)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        if cfg.resume is None:  # a fresh run: nothing of an older run in OUT is kept
+            (out / "log.jsonl").unlink(missing_ok=True)
+            for old in (out / "epochs").glob("epoch_*.safetensors"):
+                old.unlink()
+    return Run(cfg, out, device, rank, world)
+
+
+def prepare_tokenizer(run: Run, texts: list[str]):
+    """The resumed checkpoint's tokenizer, or a new one trained by rank 0 -> OUT/tokenizer.json."""
+    cfg, path = run.cfg, run.out / "tokenizer.json"
+    if cfg.resume is not None:
+        path = Path(cfg.resume) / "tokenizer.json"
+    elif run.main:
+        if cfg.tokenizer == "char":
+            train_char("".join(texts), path)
+        else:
+            train_bpe(texts, cfg.vocab_size, path)
+    run.barrier()
+    return load_tokenizer(path), path
+
+
+def build(run: Run, vocab_size: int) -> tuple[nn.Module, ModelConfig]:
+    """The model: from the resumed checkpoint's config.json, else from the TrainConfig."""
+    cfg = run.cfg
+    if cfg.resume is not None:
+        model, config = load_checkpoint(cfg.resume)
+        return model.to(run.device), ModelConfig.from_dict(config["model"])
+    mcfg = cfg.model_config(vocab_size)
+    torch.manual_seed(cfg.seed)
+    model = build_model(mcfg)
+    return model.to(run.device), mcfg
+
+
+def restore(run: Run, optimizer: torch.optim.Optimizer) -> dict:
+    if run.cfg.resume is None:
+        return {"epoch": 0, "step": 0, "best": math.inf, "history": []}
+    state = load_train_state(Path(run.cfg.resume), optimizer)
+    run.history = state["history"]
+    run.say(f"resumed from {run.cfg.resume} at epoch {state['epoch']}, step {state['step']}")
+    return state
+
+
+def save_epoch(run: Run, model: nn.Module, tok_path: Path, meta: dict, optimizer, state: dict):
+    """OUT/last (+ train state), OUT/best when val loss improved, OUT/epochs/epoch_NNN."""
+    if not run.main:
+        return
+    last = save_checkpoint(run.out / "last", model, tok_path, meta)
+    save_train_state(last, optimizer, {**state, "history": run.history})
+    if state["best"] == run.history[-1]["val_loss"]:
+        save_checkpoint(run.out / "best", model, tok_path, meta)
+    epochs = run.out / "epochs"
+    epochs.mkdir(exist_ok=True)
+    save_model(model, str(epochs / f"epoch_{state['epoch']:03d}.safetensors"))
+    for old in sorted(epochs.glob("epoch_*.safetensors"))[: -run.cfg.average_last]:
+        old.unlink()
+
+
+def save_averaged(run: Run, model: nn.Module, tok_path: Path, meta: dict) -> nn.Module:
+    paths = sorted((run.out / "epochs").glob("epoch_*.safetensors"))[-run.cfg.average_last :]
+    model = copy.deepcopy(model)
+    average_weights(paths, model)
+    save_checkpoint(run.out / "averaged", model, tok_path, {**meta, "averaged": len(paths)})
+    return model
+
+
+def epoch_line(run: Run, r: dict, total: int, unit: str = "epoch") -> str:
+    parts = [f"{unit} {r[unit]}/{total}", f"train {r['train_loss']:.3f}"]
+    parts += [f"val {r['val_loss']:.3f}", f"ppl {r['ppl']:.1f}"]
+    if r.get("bleu") is not None:
+        parts.append(f"bleu {r['bleu']:.1f}")
+    parts += [f"lr {r['lr']:.2e}", f"{r['tokens_per_s']:,.0f} tok/s"]
+    parts.append(
+        time.strftime("%M:%S" if r["elapsed"] < 3600 else "%H:%M:%S", time.gmtime(r["elapsed"]))
+    )
+    return " | ".join(parts)
+
+
+def plot_losses(history: list[dict], path: Path, unit: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [r[unit] for r in history]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(x, [r["train_loss"] for r in history], "o-", label="train")
+    ax.plot(x, [r["val_loss"] for r in history], "o-", label="val")
+    ax.set_xlabel(unit)
+    ax.set_ylabel("loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def wrap(run: Run, model: nn.Module) -> nn.Module:
+    if run.world == 1:
+        return model
+    ids = [run.device.index] if run.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def optimize(run, model, optimizer, loss: torch.Tensor, lr: float) -> None:
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if run.cfg.clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), run.cfg.clip)
+    optimizer.step()
+
+
+def train(cfg: TrainConfig) -> nn.Module:
+    """Train by `cfg` (see module docstring for the outputs); returns the trained model."""
+    run = setup(cfg)
+    try:
+        return train_lm(run) if cfg.task == "lm" else train_translation(run)
+    finally:
+        if run.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- translation
+
+
+@torch.no_grad()
+def translation_val_loss(run: Run, model: nn.Module, pairs) -> float:
+    """Mean NLL (no smoothing) per target token over `pairs`."""
+    model.eval()
+    total, count = 0.0, 0
+    lengths = [max(len(s), len(t) + 1) for s, t in pairs]
+    for idx in token_batches(lengths, run.cfg.batch_tokens):
+        src, tgt_in, tgt_out = (x.to(run.device) for x in collate([pairs[i] for i in idx]))
+        with run.autocast():
+            logits = model(src, tgt_in)
+        n = int((tgt_out != PAD_ID).sum())
+        total += float(smoothed_loss(logits, tgt_out)) * n
+        count += n
+    return total / count
+
+
+def train_translation(run: Run) -> nn.Module:
+    cfg = run.cfg
+    train_src, train_tgt = load_multi30k(
+        "train", cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.max_sentences
+    )
+    val_src, val_tgt = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
+    tok, tok_path = prepare_tokenizer(run, train_src + train_tgt)
+    model, mcfg = build(run, tok.get_vocab_size())
+    train_pairs, dropped = make_pairs(encode(tok, train_src), encode(tok, train_tgt), mcfg.max_len)
+    val_pairs, val_dropped = make_pairs(encode(tok, val_src), encode(tok, val_tgt), mcfg.max_len)
+    if dropped or val_dropped:
+        run.say(
+            f"filtered out {dropped} train / {val_dropped} val pairs longer than "
+            f"max_len={mcfg.max_len} (val loss and BLEU are on the rest)"
+        )
+    if not train_pairs:
+        raise ValueError(f"empty dataset: no training pair fits max_len={mcfg.max_len}")
+    bleu_n = min(cfg.bleu_sentences, len(val_src))
+    fits = [len(ids) < mcfg.max_len for ids in encode(tok, val_src)]
+    bleu_idx = [i for i, ok in enumerate(fits) if ok]
+    bleu_src = [val_src[i] for i in bleu_idx[:bleu_n]]
+    bleu_ref = [val_tgt[i] for i in bleu_idx[:bleu_n]]
+    meta = {
+        "task": {"kind": "translation", "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang},
+        "train": cfg.to_dict(),
+    }
+    run.say(
+        f"translation {cfg.direction}: {len(train_pairs):,} train pairs, {len(val_pairs):,} "
+        f"val, vocab {tok.get_vocab_size():,}, {model.num_params() / 1e6:.2f}M parameters, "
+        f"{run.device}" + (f" x {run.world} processes" if run.world > 1 else "")
+    )
+
+    optimizer = make_optimizer(model, cfg)
+    state = restore(run, optimizer)
+    ddp = wrap(run, model)
+    lengths = [max(len(s), len(t) + 1) for s, t in train_pairs]
+    steps_per_epoch = len(token_batches(lengths, cfg.batch_tokens)) // run.world
+    total_steps = cfg.epochs * steps_per_epoch
+    step = state["step"]
+    for epoch in range(state["epoch"], cfg.epochs):
+        torch.manual_seed(cfg.seed + 1000 * (epoch + 1) + run.rank)  # dropout
+        batches = token_batches(lengths, cfg.batch_tokens, seed=cfg.seed + epoch)
+        batches = batches[: len(batches) // run.world * run.world][run.rank :: run.world]
+        ddp.train()
+        t_epoch, loss_sum, tok_sum, seen = time.time(), 0.0, 0, 0
+        bar = run.progress(batches, desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch")
+        for idx in bar:
+            src, tgt_in, tgt_out = (
+                x.to(run.device) for x in collate([train_pairs[i] for i in idx])
+            )
+            lr = lr_at(step, cfg, total_steps)
+            with run.autocast():
+                logits = ddp(src, tgt_in)
+            loss = smoothed_loss(logits, tgt_out, cfg.label_smoothing)
+            optimize(run, ddp, optimizer, loss, lr)
+            step += 1
+            n = int((tgt_out != PAD_ID).sum())
+            loss_sum, tok_sum = loss_sum + loss.item() * n, tok_sum + n
+            seen += int((src != PAD_ID).sum()) + n
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}")
+        tokens_per_s = seen * run.world / (time.time() - t_epoch)
+        if run.main:
+            val_loss = translation_val_loss(run, model, val_pairs)
+            bleu = None
+            if bleu_n:
+                bleu = corpus_bleu(translate_texts(model, tok, bleu_src), bleu_ref)
+            record = {
+                "epoch": epoch + 1,
+                "step": step,
+                "train_loss": loss_sum / tok_sum,
+                "val_loss": val_loss,
+                "ppl": math.exp(min(val_loss, 50)),
+                "bleu": bleu,
+                "lr": lr,
+                "tokens_per_s": tokens_per_s,
+                "elapsed": time.time() - run.t0,
+            }
+            run.history.append(record)
+            run.log(record)
+            run.say(epoch_line(run, record, cfg.epochs))
+            state = {"epoch": epoch + 1, "step": step, "best": min(state["best"], val_loss)}
+            save_epoch(run, model, tok_path, meta, optimizer, state)
+        run.barrier()
+
+    if run.main:
+        finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, bleu_ref)
+    run.barrier()
+    return model
+
+
+def corpus_bleu(hyps: list[str], refs: list[str], **kw) -> float:
+    import sacrebleu
+
+    return float(sacrebleu.corpus_bleu(hyps, [refs], **kw).score)
+
+
+def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, bleu_ref) -> None:
+    """Average the last checkpoints, compare with best, write samples.md and loss.png."""
+    cfg = run.cfg
+    scores = {}
+    for name in ("best", "averaged"):
+        m = save_averaged(run, model, tok_path, meta) if name == "averaged" else None
+        m = m if m is not None else load_checkpoint(run.out / "best", run.device)[0]
+        hyps = translate_texts(m, tok, bleu_src) if bleu_src else []
+        bleu = corpus_bleu(hyps, bleu_ref) if bleu_src else None
+        scores[name] = {"val_loss": translation_val_loss(run, m, val_pairs), "bleu": bleu}
+        scores[name]["hyps"] = hyps
+    key = "bleu" if bleu_src else "val_loss"
+    sign = -1 if key == "bleu" else 1
+    pick = min(scores, key=lambda n: sign * scores[n][key])
+    summary = {n: {k: v for k, v in s.items() if k != "hyps"} for n, s in scores.items()}
+    run.log({"final": summary, "samples_from": pick, "elapsed": time.time() - run.t0})
+    for n, s in summary.items():
+        bleu = (
+            f", val BLEU {s['bleu']:.1f} ({len(bleu_src)} sentences)"
+            if s["bleu"] is not None
+            else ""
+        )
+        run.say(f"{n:>8}: val loss {s['val_loss']:.3f}{bleu}")
+    rows = ["| source | reference | prediction |", "|---|---|---|"]
+    cell = lambda s: s.replace("|", "\\|")  # noqa: E731
+    for s, r, h in list(zip(bleu_src, bleu_ref, scores[pick]["hyps"]))[: cfg.samples]:
+        rows.append(f"| {cell(s)} | {cell(r)} | {cell(h)} |")
+    title = f"# Samples: {cfg.direction}, {pick} checkpoint, greedy, Multi30k val\n\n"
+    (run.out / "samples.md").write_text(title + "\n".join(rows) + "\n")
+    plot_losses(run.history, run.out / "loss.png", "epoch")
+    run.say(
+        f"done in {time.time() - run.t0:.0f}s: {run.out}/{{best,last,averaged}}, "
+        f"log.jsonl, loss.png, samples.md"
+    )
+
+
+# ----------------------------------------------------------------------------- language model
+
+
+def get_batch(data: np.ndarray, block: int, batch: int, rng: np.random.Generator):
+    """Random windows: x (B, block), y = x shifted left by one."""
+    ix = rng.integers(0, len(data) - block - 1, size=batch)
+    x = np.stack([data[i : i + block] for i in ix])
+    y = np.stack([data[i + 1 : i + 1 + block] for i in ix])
+    return torch.from_numpy(x).long(), torch.from_numpy(y).long()
+
+
+@torch.no_grad()
+def lm_loss(run: Run, model: nn.Module, data: np.ndarray, seed: int) -> float:
+    """Mean loss over eval_iters random batches drawn with a fixed seed."""
+    model.eval()
+    rng = np.random.default_rng(seed)
+    losses = []
+    for _ in range(run.cfg.eval_iters):
+        x, y = (
+            t.to(run.device) for t in get_batch(data, run.cfg.block_size, run.cfg.batch_size, rng)
+        )
+        with run.autocast():
+            logits, _ = model(x)
+        losses.append(float(smoothed_loss(logits, y, pad_id=-100)))
+    model.train()
+    return float(np.mean(losses))
+
+
+def train_lm(run: Run) -> nn.Module:
+    cfg = run.cfg
+    train_text, val_text = load_shakespeare(cfg.data_dir)
+    tok, tok_path = prepare_tokenizer(run, [train_text])
+    model, mcfg = build(run, tok.get_vocab_size())
+    block = mcfg.max_len
+    train_ids = np.asarray(encode_stream(tok, train_text), dtype=np.int64)
+    val_ids = np.asarray(encode_stream(tok, val_text), dtype=np.int64)
+    for name, ids in (("train", train_ids), ("val", val_ids)):
+        if len(ids) <= block + 1:
+            raise ValueError(
+                f"empty dataset: the {name} split has {len(ids)} tokens, "
+                f"fewer than block_size + 2 = {block + 2}"
+            )
+    meta = {"task": {"kind": "lm"}, "train": cfg.to_dict()}
+    run.say(
+        f"language model: {len(train_ids):,} train / {len(val_ids):,} val tokens, vocab "
+        f"{tok.get_vocab_size()}, {model.num_params() / 1e6:.2f}M parameters, {run.device}"
+    )
+
+    optimizer = make_optimizer(model, cfg)
+    state = restore(run, optimizer)
+    ddp = wrap(run, model)
+    n_evals = math.ceil(cfg.max_iters / cfg.eval_interval)
+    step = state["step"]
+    for ev in range(state["epoch"], n_evals):
+        torch.manual_seed(cfg.seed + 1000 * (ev + 1) + run.rank)
+        rng = np.random.default_rng([cfg.seed, ev, run.rank])
+        t_eval, losses = time.time(), []
+        iters = range(ev * cfg.eval_interval, min(cfg.max_iters, (ev + 1) * cfg.eval_interval))
+        bar = run.progress(iters, desc=f"iters {iters[0]}-{iters[-1] + 1}", unit="it")
+        ddp.train()
+        for it in bar:
+            x, y = (t.to(run.device) for t in get_batch(train_ids, block, cfg.batch_size, rng))
+            lr = lr_at(it, cfg, cfg.max_iters)
+            with run.autocast():
+                logits, _ = ddp(x)
+            loss = smoothed_loss(logits, y, cfg.label_smoothing, pad_id=-100)
+            optimize(run, ddp, optimizer, loss, lr)
+            step = it + 1
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{lr:.1e}")
+        tokens_per_s = len(losses) * cfg.batch_size * block * run.world / (time.time() - t_eval)
+        if run.main:
+            val_loss = lm_loss(run, model, val_ids, cfg.seed)
+            record = {
+                "iter": step,
+                "train_loss": lm_loss(run, model, train_ids, cfg.seed),
+                "val_loss": val_loss,
+                "ppl": math.exp(val_loss),
+                "lr": lr,
+                "tokens_per_s": tokens_per_s,
+                "elapsed": time.time() - run.t0,
+            }
+            run.history.append(record)
+            run.log(record)
+            run.say(epoch_line(run, record, cfg.max_iters, unit="iter"))
+            state = {"epoch": ev + 1, "step": step, "best": min(state["best"], val_loss)}
+            save_epoch(run, model, tok_path, meta, optimizer, state)
+        run.barrier()
+
+    if run.main:
+        best = load_checkpoint(run.out / "best", run.device)[0]
+        avg = save_averaged(run, model, tok_path, meta)
+        final = {
+            n: lm_loss(run, m, val_ids, cfg.seed) for n, m in (("best", best), ("averaged", avg))
+        }
+        run.log(
+            {
+                "final": {n: {"val_loss": v} for n, v in final.items()},
+                "elapsed": time.time() - run.t0,
+            }
+        )
+        for n, v in final.items():
+            run.say(f"{n:>8}: val loss {v:.3f}")
+        pick = min(final, key=final.get)
+        texts = lm_samples(
+            best if pick == "best" else avg, tok, n=max(1, cfg.samples // 2), seed=cfg.seed
+        )
+        body = "\n\n".join(f"## Sample {i + 1}\n\n```text\n{t}\n```" for i, t in enumerate(texts))
+        (run.out / "samples.md").write_text(
+            f"# Samples: {pick} checkpoint, temperature 0.8\n\n{body}\n"
+        )
+        plot_losses(run.history, run.out / "loss.png", "iter")
+        run.say(f"done in {time.time() - run.t0:.0f}s: {run.out}")
+    run.barrier()
+    return model
