@@ -16,7 +16,9 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/edgeformer train --preset tiny --out runs/demo
-	@echo "(export / translate / bench steps are added as those commands land)"
+	$(VENV)/bin/edgeformer export runs/demo/best runs/demo/package --quantize int8,int4 --force
+	$(VENV)/bin/edgeformer translate runs/demo/package "A man is riding a bike." "Two dogs play in the snow." "A woman in a red dress is singing on a stage."
+	$(VENV)/bin/edgeformer bench --quick --out runs/demo/bench
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
