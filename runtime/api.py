@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -127,6 +128,14 @@ class TextStream:
         return text[len(prev) :]
 
 
+def _warn_cut(asked: int, n: int, max_len: int) -> None:
+    if n < asked:
+        warnings.warn(
+            f"max_new_tokens={asked} cut to {n}: the model's positions end at max_len {max_len}",
+            stacklevel=3,
+        )
+
+
 class Translator:
     """Encoder-decoder package -> translations. Options: see decoding.GenerationOptions."""
 
@@ -155,6 +164,7 @@ class Translator:
     def _fit(self, opts: GenerationOptions) -> GenerationOptions:
         """Target positions are limited to max_len: BOS + max_new_tokens - 1 fed tokens."""
         n = min(opts.max_new_tokens, self.max_len)
+        _warn_cut(opts.max_new_tokens, n, self.max_len)
         return dataclasses.replace(
             opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
         )
@@ -238,6 +248,7 @@ class Generator:
                 "(generate_batch(..., truncate=True) keeps the end of longer ones)"
             )
         n = min(opts.max_new_tokens, self.max_len - T + 1)
+        _warn_cut(opts.max_new_tokens, n, self.max_len)
         opts = dataclasses.replace(
             opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
         )
