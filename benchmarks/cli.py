@@ -83,6 +83,11 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
     p.add_argument("--work", default=None, help="keep built models here and reuse them")
     p.add_argument("--quality-ed", default=None, help="translation package: Multi30k BLEU")
     p.add_argument("--quality-lm", default=None, help="LM package: Tiny Shakespeare perplexity")
+    p.add_argument(
+        "--quality-checkpoint",
+        default=None,
+        help="the --quality-ed package's checkpoint: count greedy outputs equal to PyTorch's",
+    )
     p.add_argument("--quality-limit", type=int, default=None, help="sentences / windows (quick)")
 
 
@@ -334,7 +339,12 @@ def _quality(args) -> dict:
     out = {}
     if args.quality_ed:
         print(f"== quality: BLEU of {args.quality_ed}")
-        out["bleu"] = quality.bleu(args.quality_ed, threads=args.threads, limit=args.quality_limit)
+        out["bleu"] = quality.bleu(
+            args.quality_ed,
+            threads=args.threads,
+            limit=args.quality_limit,
+            checkpoint=args.quality_checkpoint,
+        )
     if args.quality_lm:
         print(f"== quality: perplexity of {args.quality_lm}")
         out["perplexity"] = quality.perplexity(

@@ -34,26 +34,14 @@ def shakespeare_val() -> str:
     return text[int(0.9 * len(text)) :]
 
 
-def direction(package: str | Path, translator=None, probe: int = 20) -> tuple[str, str]:
-    """(src, tgt) language: from config.json ('task' {src_lang, tgt_lang} or 'direction'), else
-    by translating `probe` test sentences both ways and keeping the direction with higher BLEU."""
+def direction(package: str | Path) -> tuple[str, str]:
+    """(src, tgt) language from the package's config.json `task` (written by the exporter)."""
     import json
 
-    import sacrebleu
-
-    cfg = json.loads((Path(package) / "config.json").read_text())
-    for d in (cfg.get("task") or {}, cfg.get("meta", {}).get("task") or {}, cfg):
-        if d.get("src_lang") and d.get("tgt_lang"):
-            return d["src_lang"], d["tgt_lang"]
-        if isinstance(d.get("direction"), str) and "-" in d["direction"]:
-            src, tgt = d["direction"].split("-", 1)
-            return src, tgt
-    en, de = multi30k("test_2016_flickr", "en", probe), multi30k("test_2016_flickr", "de", probe)
-    scores = {
-        ("en", "de"): sacrebleu.corpus_bleu(translator.translate_batch(en), [de]).score,
-        ("de", "en"): sacrebleu.corpus_bleu(translator.translate_batch(de), [en]).score,
-    }
-    return max(scores, key=scores.get)
+    task = json.loads((Path(package) / "config.json").read_text()).get("task") or {}
+    if not (task.get("src_lang") and task.get("tgt_lang")):
+        raise ValueError(f"{package}: config.json has no task src_lang / tgt_lang")
+    return task["src_lang"], task["tgt_lang"]
 
 
 def bleu(
@@ -63,8 +51,12 @@ def bleu(
     limit: int | None = None,
     batch_size: int = 32,
     log=print,
+    checkpoint: str | Path | None = None,
 ) -> dict:
-    """{"direction", "sentences", "variants": {v: {bleu, bleu_lc, seconds, sentences_per_s}}}"""
+    """{"direction", "sentences", "variants": {v: {bleu, bleu_lc, seconds, sentences_per_s}}}
+
+    With `checkpoint` (the package's source), each variant also reports `same_as_torch`: how
+    many greedy translations equal the PyTorch model's greedy translations."""
     import sacrebleu
 
     from edgeformer.runtime import Translator
@@ -73,18 +65,26 @@ def bleu(
     pkg = load_package(package)
     variants = variants or pkg.variants
     result: dict = {"package": str(package), "variants": {}}
-    src_lang = tgt_lang = None
+    src_lang, tgt_lang = direction(package)
+    src = multi30k("test_2016_flickr", src_lang, limit)
+    refs = multi30k("test_2016_flickr", tgt_lang, limit)
+    result.update(direction=f"{src_lang}-{tgt_lang}", sentences=len(src))
+    torch_hyps = None
+    if checkpoint is not None:
+        from edgeformer.models.checkpoint import load_checkpoint
+        from edgeformer.train.evaluate import translate_texts
+        from edgeformer.train.tokenizer import load_tokenizer
+
+        model, _ = load_checkpoint(checkpoint)
+        tok = load_tokenizer(Path(checkpoint) / "tokenizer.json")
+        torch_hyps = translate_texts(model, tok, src, beams=1, batch_size=batch_size)
+        result["torch_bleu"] = round(sacrebleu.corpus_bleu(torch_hyps, [refs]).score, 2)
     for v in variants:
         tr = Translator(package, variant=v, provider="cpu", threads=threads)
-        if src_lang is None:
-            src_lang, tgt_lang = direction(package, tr)
-            src = multi30k("test_2016_flickr", src_lang, limit)
-            refs = multi30k("test_2016_flickr", tgt_lang, limit)
-            result.update(direction=f"{src_lang}-{tgt_lang}", sentences=len(src))
         t = time.perf_counter()
         hyps = []
         for i in range(0, len(src), batch_size):
-            hyps += tr.translate_batch(src[i : i + batch_size], truncate=True)
+            hyps += tr.translate_batch(src[i : i + batch_size])
         secs = time.perf_counter() - t
         result["variants"][v] = {
             "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
@@ -93,6 +93,9 @@ def bleu(
             "sentences_per_s": round(len(src) / secs, 1),
             "example": hyps[0] if hyps else "",
         }
+        if torch_hyps is not None:
+            same = sum(a == b for a, b in zip(hyps, torch_hyps))
+            result["variants"][v]["same_as_torch"] = same
         log(f"  BLEU {v:<13} {result['variants'][v]['bleu']:6.2f}  ({secs:.1f} s)")
     return result
 

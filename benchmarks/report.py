@@ -317,13 +317,17 @@ def _quality_md(q: dict) -> list[str]:
             f"Multi30k test_2016_flickr {b.get('direction')}, {b.get('sentences')} sentences, "
             f"greedy, sacrebleu ({b['package']})",
             "",
-            "| variant | BLEU | BLEU (lowercased) | seconds | sentences/s |",
-            "|---|---|---|---|---|",
+            "| variant | BLEU | BLEU (lowercased) | = PyTorch greedy | seconds | sentences/s |",
+            "|---|---|---|---|---|---|",
         ]
         for v, r in b["variants"].items():
+            same = r.get("same_as_torch", "-")
             lines.append(
-                f"| {v} | {r['bleu']} | {r['bleu_lc']} | {r['seconds']} | {r['sentences_per_s']} |"
+                f"| {v} | {r['bleu']} | {r['bleu_lc']} | {same} | {r['seconds']} "
+                f"| {r['sentences_per_s']} |"
             )
+        if "torch_bleu" in b:
+            lines.append(f"| PyTorch (checkpoint) | {b['torch_bleu']} | | | | |")
         lines.append("")
     if "perplexity" in q:
         p = q["perplexity"]
