@@ -64,6 +64,8 @@ def bleu(
 
     pkg = load_package(package)
     variants = variants or pkg.variants
+    # one output cap for every stack, so that "same as PyTorch" compares the same search
+    max_new_tokens = pkg.config["model"]["max_len"] - 1
     result: dict = {"package": str(package), "variants": {}}
     src_lang, tgt_lang = direction(package)
     src = multi30k("test_2016_flickr", src_lang, limit)
@@ -77,14 +79,14 @@ def bleu(
 
         model, _ = load_checkpoint(checkpoint)
         tok = load_tokenizer(Path(checkpoint) / "tokenizer.json")
-        torch_hyps = translate_texts(model, tok, src, beams=1, batch_size=batch_size)
+        torch_hyps = translate_texts(model, tok, src, 1, batch_size, max_new_tokens)
         result["torch_bleu"] = round(sacrebleu.corpus_bleu(torch_hyps, [refs]).score, 2)
     for v in variants:
         tr = Translator(package, variant=v, provider="cpu", threads=threads)
         t = time.perf_counter()
         hyps = []
         for i in range(0, len(src), batch_size):
-            hyps += tr.translate_batch(src[i : i + batch_size])
+            hyps += tr.translate_batch(src[i : i + batch_size], max_new_tokens=max_new_tokens)
         secs = time.perf_counter() - t
         result["variants"][v] = {
             "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),

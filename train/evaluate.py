@@ -29,9 +29,18 @@ from .tokenizer import EOS_ID, encode, encode_stream, load_tokenizer
 
 @torch.no_grad()
 def translate_texts(
-    model, tok: Tokenizer, sources: list[str], beams: int = 1, batch_size: int = 64
+    model,
+    tok: Tokenizer,
+    sources: list[str],
+    beams: int = 1,
+    batch_size: int = 64,
+    max_new_tokens: int | None = None,
 ) -> list[str]:
-    """Detokenised translations of `sources`, batched by length, in the input order."""
+    """Detokenised translations of `sources`, batched by length, in the input order.
+
+    max_new_tokens: None = 2 x the batch's longest source + 10 (at most max_len - 1), which is
+    fast but makes a looping output's length depend on its batch; give a number to compare.
+    """
     model.eval()
     max_len = model.cfg.max_len
     ids = [s + [EOS_ID] for s in encode(tok, sources)]
@@ -46,7 +55,8 @@ def translate_texts(
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
         longest = max(len(ids[i]) for i in chunk)
-        opts = GenerationOptions(max_new_tokens=min(max_len - 1, 2 * longest + 10), num_beams=beams)
+        n = max_new_tokens or min(max_len - 1, 2 * longest + 10)
+        opts = GenerationOptions(max_new_tokens=n, num_beams=beams)
         for i, hyp in zip(chunk, translate_ids(model, [ids[i] for i in chunk], opts)):
             out[i] = tok.decode(hyp)
     return out
