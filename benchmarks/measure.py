@@ -2,7 +2,11 @@
 
 Timing: every stack gets `warmup` untimed calls, then `rounds` interleaved rounds: in each round
 each stack runs once in turn (the order rotates every round), so drift in machine load hits all
-stacks alike. One turn times three calls: the full forced-length generation (total), the same
+stacks alike. Each turn starts after a SETTLE_S pause: the engines' thread pools spin-wait for a
+while after a call (OpenMP in CTranslate2 and PyTorch, onnxruntime's intra-op pool), and on 2
+cores a stack timed while the previous one's threads still spin ran up to 5x slower (CTranslate2
+ED W1: 5.4 ms/token right after an onnxruntime call, 1.0 alone or after a 50 ms pause).
+One turn times three calls: the full forced-length generation (total), the same
 with one new token (time to first token: encoder or prefill + first step), and the encoder
 alone (ED stacks that expose it). Figures are medians with min-max over rounds.
 
@@ -23,6 +27,8 @@ import time
 from pathlib import Path
 
 from .shapes import Workload
+
+SETTLE_S = 0.1  # pause before each turn, so that no other stack's threads are still spinning
 
 
 def stats(values: list[float]) -> dict:
@@ -49,6 +55,15 @@ def agreement(out: list[list[int]], ref: list[list[int]] | None) -> float | None
     return sum(a == b for a, b in pairs) / total
 
 
+def turns(names: list[str], rounds: int):
+    """The interleaved order: every name once a round, rotating; a settle pause before each."""
+    for rnd in range(rounds):
+        k = rnd % len(names)
+        for name in names[k:] + names[:k]:
+            time.sleep(SETTLE_S)
+            yield name
+
+
 def run_workload(
     runners: dict, inputs: dict, workload: Workload, rounds: int, warmup: int, log=print
 ) -> dict[str, dict]:
@@ -64,15 +79,12 @@ def run_workload(
         if r.encode:
             r.encode(inputs[name])
     times: dict[str, dict[str, list[float]]] = {k: {} for k in runners}
-    names = list(runners)
-    for rnd in range(rounds):
-        k = rnd % len(names)
-        for name in names[k:] + names[:k]:
-            r, ids, t = runners[name], inputs[name], times[name]
-            t.setdefault("total", []).append(_timed(r.generate, ids, n)[0])
-            t.setdefault("ttft", []).append(_timed(r.generate, ids, 1)[0])
-            if r.encode:
-                t.setdefault("encoder", []).append(_timed(r.encode, ids)[0])
+    for name in turns(list(runners), rounds):
+        r, ids, t = runners[name], inputs[name], times[name]
+        t.setdefault("total", []).append(_timed(r.generate, ids, n)[0])
+        t.setdefault("ttft", []).append(_timed(r.generate, ids, 1)[0])
+        if r.encode:
+            t.setdefault("encoder", []).append(_timed(r.encode, ids)[0])
     records = {}
     for name, t in times.items():
         total, ttft = t["total"], t["ttft"]
@@ -107,11 +119,8 @@ def run_sweep(
         for _ in range(max(warmup, 1)):
             r.generate(inputs[name], n)
     times: dict[str, list[float]] = {k: [] for k in runners}
-    names = list(runners)
-    for rnd in range(rounds):
-        k = rnd % len(names)
-        for name in names[k:] + names[:k]:
-            times[name].append(_timed(runners[name].generate, inputs[name], n)[0])
+    for name in turns(list(runners), rounds):
+        times[name].append(_timed(runners[name].generate, inputs[name], n)[0])
     records = {}
     for name, t in times.items():
         tps = [workload.batch * n / (x / 1e3) for x in t]
