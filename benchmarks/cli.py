@@ -33,6 +33,7 @@ from .stacks import (
     prepare,
     select_stacks,
 )
+from .worker import Worker
 
 
 def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
@@ -78,6 +79,13 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         default="default",
         help="onnxruntime intra-op spinning for ours and Optimum (default: ours onnxruntime's "
         "default, Optimum off)",
+    )
+    p.add_argument(
+        "--isolation",
+        choices=("process", "none"),
+        default="process",
+        help="process (default): each stack runs in a process of its own, as deployed; none: "
+        "all in this process (engines' thread pools then slow each other down)",
     )
     p.add_argument("--profile", action="store_true", help="decode-step breakdown (ORT profiler)")
     p.add_argument("--work", default=None, help="keep built models here and reuse them")
@@ -166,6 +174,7 @@ def run(args) -> int:
             "stacks": [s.name for s in stacks],
             "cuda": cuda,
             "spinning": args.spinning,
+            "isolation": args.isolation,
         },
         "shapes": {},
         "stacks": {},
@@ -221,26 +230,41 @@ def _bench_shape(
 
     jobs = [WORKLOADS[w] for w in workloads if w in WORKLOADS]
     jobs = [w for w in jobs if shape.family in w.families]
+    specs = {
+        s.name: {
+            "stack": s.name,
+            "shape": shape.name,
+            "cfg": shape.cfg.to_dict(),
+            "work": str(src.work),
+            "threads": args.threads,
+            "package": str(src.package or ""),
+            "checkpoint": str(src.checkpoint or ""),
+            "workloads": [[w.batch, w.src_len, w.new_tokens] for w in jobs],
+            "variants": list(src.variants),
+            "spinning": src.spinning,
+        }
+        for s in ready
+    }
     if memory_mode == "subprocess":
         for s in ready:
-            spec = {
-                "stack": s.name, "shape": shape.name, "cfg": shape.cfg.to_dict(),
-                "work": str(src.work), "threads": args.threads,
-                "package": str(src.package or ""), "checkpoint": str(src.checkpoint or ""),
-                "workloads": [[w.batch, w.src_len, w.new_tokens] for w in jobs],
-                "variants": list(src.variants), "spinning": src.spinning,
-            }  # fmt: skip
-            info[s.name]["memory"] = measure.child_peak_rss(spec)
+            info[s.name]["memory"] = measure.child_peak_rss(specs[s.name])
 
     runners = {}
+    isolated = args.isolation == "process"
     for s in ready:
         try:
-            if memory_mode == "delta":
+            if memory_mode == "delta" and not isolated:
                 gc.collect()
                 measure.reset_peak_rss()
                 before = measure.rss_mb()
-            r = load(s, src, args.threads)
-            if memory_mode == "delta":
+            if isolated:
+                worker = Worker(specs[s.name])
+                r = worker.runner()
+                if memory_mode == "delta":  # the stack's own process: its load, libraries too
+                    info[s.name]["memory"] = {"rss_delta_mb": worker.rss_delta_mb}
+            else:
+                r = load(s, src, args.threads)
+            if memory_mode == "delta" and not isolated:
                 w = max(jobs, key=lambda w: w.batch * w.new_tokens) if jobs else WORKLOADS["W1"]
                 r.generate(inputs_for(s, shape, w.batch, w.src_len), w.new_tokens)
                 info[s.name]["memory"] = {"rss_delta_mb": measure.peak_rss_mb() - before}
@@ -281,10 +305,16 @@ def _bench_shape(
             inputs = {k: inputs_for(by_name[k], shape, b, w.src_len) for k in live}
             for name, rec in measure.run_sweep(live, inputs, w, rounds, warmup).items():
                 results["sweep"].append({"shape": shape.name, "stack": name, "batch": b, **rec})
-    if args.profile:
-        results.setdefault("profile", {})[shape.name] = _profile(shape, src, runners, by_name, args)
+    for r in runners.values():
+        if r.close:
+            r.close()
     runners.clear()
     gc.collect()
+    if args.profile:
+        ready_names = [s.name for s in ready]
+        results.setdefault("profile", {})[shape.name] = _profile(
+            shape, src, ready_names, by_name, args
+        )
 
 
 def _healthy(runners, shape, w, by_name, info) -> dict:
@@ -300,12 +330,14 @@ def _healthy(runners, shape, w, by_name, info) -> dict:
     return live
 
 
-def _profile(shape, src, runners, by_name, args) -> dict:
+def _profile(shape, src, names: list[str], by_name, args) -> dict:
+    """In this process, after the timing: the ORT profile of one decode step per variant, and
+    each onnxruntime stack's W1 time outside session.run."""
     from . import profile
 
     out: dict = {}
     for name in ("edgeformer-fp32", "edgeformer-int4", "edgeformer-int8"):
-        if name not in runners:
+        if name not in names:
             continue
         try:
             from edgeformer.runtime.package import load_package
@@ -318,13 +350,15 @@ def _profile(shape, src, runners, by_name, args) -> dict:
         except Exception as e:
             out.setdefault("decode_step", {})[name] = {"error": _err(e)}
     w = WORKLOADS["W1"]
-    for name, r in runners.items():
+    for name in names:
         if not (name.startswith("edgeformer-") or name.startswith("optimum-")):
             continue
         if name == "edgeformer-torch":
             continue
         ids = inputs_for(by_name[name], shape, w.batch, w.src_len)
         try:
+            r = load(by_name[name], src, args.threads)
+            r.generate(ids, w.new_tokens)  # warm-up
             out.setdefault("python_overhead_W1", {})[name] = profile.python_overhead(
                 r, ids, w.new_tokens
             )

@@ -21,22 +21,31 @@ class _Cfg(SimpleNamespace):
         return dict(vars(self))
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(argv[0])
+def runner_from_spec(spec: dict):
+    """Load the stack a spec names (files already built by the parent): a stacks.Runner."""
     from . import artifacts
     from .shapes import Shape
-    from .stacks import Sources, all_stacks, inputs_for, load
+    from .stacks import Sources, all_stacks, load
 
     artifacts.READ_ONLY = True
-
-    base = rss_mb()
     stack = next(s for s in all_stacks(cuda=True) if s.name == spec["stack"])
     shape = Shape(spec["shape"], _Cfg(**spec["cfg"]))
     opt = {k: Path(spec[k]) if spec.get(k) else None for k in ("package", "checkpoint")}
     src = Sources(shape, Path(spec["work"]), **opt, variants=tuple(spec["variants"]))
     src.spinning = spec.get("spinning")
-    runner = load(stack, src, spec["threads"])
+    return load(stack, src, spec["threads"])
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    from .shapes import Shape
+    from .stacks import all_stacks, inputs_for
+
+    base = rss_mb()
+    runner = runner_from_spec(spec)
     loaded = rss_mb()
+    stack = next(s for s in all_stacks(cuda=True) if s.name == spec["stack"])
+    shape = Shape(spec["shape"], _Cfg(**spec["cfg"]))
     for batch, length, n in spec["workloads"]:
         runner.generate(inputs_for(stack, shape, batch, length), n)
     print(

@@ -102,6 +102,10 @@ class Runner:
     encode: Callable[[list[list[int]]], object] | None = None
     files: list[Path] = field(default_factory=list)
     sessions: list = field(default_factory=list)  # onnxruntime sessions, for the profile
+    # a stack in its own process (benchmarks.worker) reports the time measured there
+    timed_generate: Callable[[list[list[int]], int], tuple[float, list[list[int]]]] | None = None
+    timed_encode: Callable[[list[list[int]]], tuple[float, object]] | None = None
+    close: Callable[[], None] | None = None
 
 
 @dataclass

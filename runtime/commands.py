@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
         "--spinning",
         choices=("on", "off"),
         default=None,
-        help="let idle onnxruntime threads spin (default: onnxruntime's, on)",
+        help="let idle onnxruntime threads spin (default off: faster on few cores)",
     )
     g.add_argument("--truncate", action="store_true", help="cut inputs longer than max_len")
     d = p.add_argument_group("decoding (default: greedy)")

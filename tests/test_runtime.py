@@ -222,6 +222,14 @@ def test_providers(ed_package):
             Translator(ed_package, provider="cuda")
 
 
+def test_spinning_is_off_unless_asked():
+    from edgeformer.runtime.session import session_options
+
+    key = "session.intra_op.allow_spinning"
+    assert session_options(2, None).get_session_config_entry(key) == "0"
+    assert session_options(2, True).get_session_config_entry(key) == "1"
+
+
 def _cuda_works() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers() and torch.cuda.is_available()
 
