@@ -116,7 +116,9 @@ def targets(results: dict) -> dict:
         and stacks["lm"][r["stack"]]["device"] == "cpu"
         and stacks["lm"][r["stack"]]["precision"] not in ("fp32", "fp16")
     }  # fmt: skip
-    if quant:
+    # the reference was measured on the full LM shape: no comparison for --quick or a package
+    standard = not results["settings"].get("quick") and not results["shapes"]["lm"].get("package")
+    if quant and standard:
         best = min(quant, key=quant.get)
         out["quantized_vs_genai"] = {
             "shape": "lm", "workload": "W1", "stack": best, "ours_ms": quant[best],

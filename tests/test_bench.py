@@ -85,7 +85,7 @@ def test_targets_and_markdown_on_synthetic_results():
     ok = lambda g, p: {"group": g, "precision": p, "device": "cpu", "status": "ok"}  # noqa: E731
     res = {
         "meta": report.environment(2),
-        "settings": {"quick": True, "rounds": 1, "warmup": 1, "memory": "off"},
+        "settings": {"quick": False, "rounds": 1, "warmup": 1, "memory": "off"},
         "shapes": {
             "lm": {
                 "family": "decoder-only",
@@ -130,3 +130,5 @@ def test_targets_and_markdown_on_synthetic_results():
     res["targets"] = t
     md = report.markdown(res)
     assert "**0.67**" in md and "**6.0×**" in md and "0.88" in md
+    res["settings"]["quick"] = True  # tiny shapes: no comparison with a full-shape constant
+    assert report.targets(res)["quantized_vs_genai"] is None
