@@ -117,7 +117,8 @@ def targets(results: dict) -> dict:
         and stacks["lm"][r["stack"]]["precision"] not in ("fp32", "fp16")
     }  # fmt: skip
     # the reference was measured on the full LM shape: no comparison for --quick or a package
-    standard = not results["settings"].get("quick") and not results["shapes"]["lm"].get("package")
+    lm = results["shapes"].get("lm", {})
+    standard = not results["settings"].get("quick") and not lm.get("package")
     if quant and standard:
         best = min(quant, key=quant.get)
         out["quantized_vs_genai"] = {

@@ -132,3 +132,9 @@ def test_targets_and_markdown_on_synthetic_results():
     assert "**0.67**" in md and "**6.0×**" in md and "0.88" in md
     res["settings"]["quick"] = True  # tiny shapes: no comparison with a full-shape constant
     assert report.targets(res)["quantized_vs_genai"] is None
+    quality_only = {**res, "shapes": {}, "stacks": {}, "workloads": []}  # --workloads none
+    assert report.targets(quality_only) == {
+        "fp32_vs_fastest_peer": [],
+        "speedup_vs_eager": [],
+        "quantized_vs_genai": None,
+    }
