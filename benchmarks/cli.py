@@ -77,8 +77,8 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         "--spinning",
         choices=("default", "on", "off"),
         default="default",
-        help="onnxruntime intra-op spinning for ours and Optimum (default: ours onnxruntime's "
-        "default, Optimum off)",
+        help="onnxruntime intra-op spinning for ours and Optimum (default: off for both; ours "
+        "through the runtime's own default)",
     )
     p.add_argument(
         "--isolation",
@@ -253,21 +253,22 @@ def _bench_shape(
     isolated = args.isolation == "process"
     for s in ready:
         try:
-            if memory_mode == "delta" and not isolated:
-                gc.collect()
-                measure.reset_peak_rss()
-                before = measure.rss_mb()
+            delta = memory_mode == "delta"
             if isolated:
                 worker = Worker(specs[s.name])
                 r = worker.runner()
-                if memory_mode == "delta":  # the stack's own process: its load, libraries too
+                if delta:  # the stack's own process: its load, libraries too
                     info[s.name]["memory"] = {"rss_delta_mb": worker.rss_delta_mb}
             else:
+                if delta:
+                    gc.collect()
+                    measure.reset_peak_rss()
+                    before = measure.rss_mb()
                 r = load(s, src, args.threads)
-            if memory_mode == "delta" and not isolated:
-                w = max(jobs, key=lambda w: w.batch * w.new_tokens) if jobs else WORKLOADS["W1"]
-                r.generate(inputs_for(s, shape, w.batch, w.src_len), w.new_tokens)
-                info[s.name]["memory"] = {"rss_delta_mb": measure.peak_rss_mb() - before}
+                if delta:
+                    w = max(jobs, key=lambda w: w.batch * w.new_tokens) if jobs else WORKLOADS["W1"]
+                    r.generate(inputs_for(s, shape, w.batch, w.src_len), w.new_tokens)
+                    info[s.name]["memory"] = {"rss_delta_mb": measure.peak_rss_mb() - before}
             info[s.name]["size_mb"] = report.size_mb(r.files)
             runners[s.name] = r
             info[s.name]["status"] = "ok"

@@ -21,11 +21,11 @@ class _Cfg(SimpleNamespace):
         return dict(vars(self))
 
 
-def runner_from_spec(spec: dict):
-    """Load the stack a spec names (files already built by the parent): a stacks.Runner."""
+def _resolve(spec: dict):
+    """(stack, shape, sources) that a spec names (files already built by the parent)."""
     from . import artifacts
     from .shapes import Shape
-    from .stacks import Sources, all_stacks, load
+    from .stacks import Sources, all_stacks
 
     artifacts.READ_ONLY = True
     stack = next(s for s in all_stacks(cuda=True) if s.name == spec["stack"])
@@ -33,19 +33,25 @@ def runner_from_spec(spec: dict):
     opt = {k: Path(spec[k]) if spec.get(k) else None for k in ("package", "checkpoint")}
     src = Sources(shape, Path(spec["work"]), **opt, variants=tuple(spec["variants"]))
     src.spinning = spec.get("spinning")
+    return stack, shape, src
+
+
+def runner_from_spec(spec: dict):
+    """Load the stack a spec names: a stacks.Runner."""
+    from .stacks import load
+
+    stack, _, src = _resolve(spec)
     return load(stack, src, spec["threads"])
 
 
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
-    from .shapes import Shape
-    from .stacks import all_stacks, inputs_for
+    from .stacks import inputs_for, load
 
     base = rss_mb()
-    runner = runner_from_spec(spec)
+    stack, shape, src = _resolve(spec)
+    runner = load(stack, src, spec["threads"])
     loaded = rss_mb()
-    stack = next(s for s in all_stacks(cuda=True) if s.name == spec["stack"])
-    shape = Shape(spec["shape"], _Cfg(**spec["cfg"]))
     for batch, length, n in spec["workloads"]:
         runner.generate(inputs_for(stack, shape, batch, length), n)
     print(
