@@ -1,5 +1,6 @@
 """Build every stack's model files on disk once per shape: our checkpoint and package, the
-Hugging Face model, its Optimum ONNX export (fp32, dynamic int8) and its CTranslate2 conversion.
+Hugging Face model, its Optimum ONNX export (fp32, dynamic int8) and its CTranslate2 conversion,
+and a Llama of the LM shape with its onnxruntime-genai model-builder conversions.
 
 Everything is made from a config with random weights (fixed seed); nothing comes from a hub.
 Each folder gets a stamp holding the config it was built from, so `--work DIR` can reuse it.
@@ -10,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +22,6 @@ from pathlib import Path
 from .shapes import SEED, Shape
 
 OUR_SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]  # ids 0..3, as ModelConfig's defaults
-PACKAGE_VARIANTS = ("fp32", "int8", "int4", "int8-dynamic", "fp16")
 READ_ONLY = False  # set in child processes: use what the parent built, never rebuild
 
 
@@ -62,7 +65,7 @@ def our_checkpoint(shape: Shape, work: Path) -> Path:
     return _cached(work / f"{shape.name}-checkpoint", shape.cfg.to_dict(), build)
 
 
-def our_package(shape: Shape, work: Path, variants=PACKAGE_VARIANTS) -> Path:
+def our_package(shape: Shape, work: Path, variants: tuple[str, ...] = ("fp32",)) -> Path:
     """Our checkpoint exported with `edgeformer.export` (all variants in one package)."""
     ckpt = our_checkpoint(shape, work)
 
@@ -75,6 +78,18 @@ def our_package(shape: Shape, work: Path, variants=PACKAGE_VARIANTS) -> Path:
 
     key = {"cfg": shape.cfg.to_dict(), "variants": list(variants)}
     return _cached(work / f"{shape.name}-package", key, build)
+
+
+def package_for(job) -> Path:
+    """The package a job's stack of our runtime runs: --package, else our random-weight one."""
+    return job.package or our_package(job.shape, job.work, job.variants)
+
+
+def checkpoint_for(job) -> Path:
+    """The checkpoint edgeformer-torch runs: --package's --checkpoint, else our random one."""
+    if job.package and not job.checkpoint:
+        raise RuntimeError("a --package was given without its --checkpoint")
+    return job.checkpoint or our_checkpoint(job.shape, job.work)
 
 
 # ---- peers: Hugging Face model of the same shape, and its conversions ---------------------------
@@ -189,6 +204,78 @@ def ct2_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
 
     name = f"{shape.name}-ct2-{'int8' if int8 else 'fp32'}"
     return _cached(work / name, shape.cfg.to_dict(), convert)
+
+
+# ---- onnxruntime-genai: a Llama of the LM shape, converted by its model builder ---------------
+
+LLAMA_SPECIALS = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2 (pad = unk, as many Llama tokenizers)
+
+
+def llama_intermediate(d_ff: int) -> int:
+    """The SwiGLU width with the parameters of a 2-matrix FFN of width d_ff (3·d·I = 2·d·d_ff),
+    rounded to a multiple of 32 (MatMulNBits blocks): 1536 -> 1024, 256 -> 160."""
+    return max(32, round(2 * d_ff / 3 / 32) * 32)
+
+
+def llama_config(shape: Shape):
+    """LlamaConfig with our LM shape: width, layers, heads (no GQA), context, vocabulary; the FFN
+    width chosen for an equal parameter count (13.7 M for the LM shape, GPT-2's is 13.8 M);
+    rotary positions and RMSNorm are Llama's; embeddings tied, as GPT-2's."""
+    from transformers import LlamaConfig
+
+    c = shape.cfg
+    return LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.d_model,
+        intermediate_size=llama_intermediate(c.d_ff), num_hidden_layers=c.n_decoder_layers,
+        num_attention_heads=c.n_heads, num_key_value_heads=c.n_heads,
+        max_position_embeddings=c.max_len, tie_word_embeddings=True, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0, attention_dropout=0.0,
+    )  # fmt: skip
+
+
+def llama_vocab(shape: Shape) -> list[str]:
+    return LLAMA_SPECIALS + [f"t{i}" for i in range(len(LLAMA_SPECIALS), shape.cfg.vocab_size)]
+
+
+def llama_dir(shape: Shape, work: Path) -> Path:
+    """The random-weight LlamaForCausalLM (seed SEED) and its tokenizer, save_pretrained."""
+    if shape.is_ed:
+        raise ValueError("onnxruntime-genai's builder has no encoder-decoder text model")
+
+    def build(path: Path) -> None:
+        import torch
+        from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+        torch.manual_seed(SEED)
+        LlamaForCausalLM(llama_config(shape)).eval().save_pretrained(path)
+        tok = _word_tokenizer(llama_vocab(shape), "<unk>")
+        specials = dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>")
+        PreTrainedTokenizerFast(tokenizer_object=tok, **specials).save_pretrained(path)
+
+    return _cached(work / f"{shape.name}-llama-hf", shape.cfg.to_dict(), build)
+
+
+def genai_dir(shape: Shape, work: Path, precision: str) -> Path:
+    """onnxruntime-genai's model builder on the Llama folder, for the CPU: `precision` fp32, or
+    int4 (MatMulNBits, the builder's CPU defaults: block 32, accuracy level 4). Nothing is
+    downloaded (HF_HUB_OFFLINE)."""
+    hf = llama_dir(shape, work)
+
+    def build(path: Path) -> None:
+        cache = path.with_name(path.name + "-cache")
+        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
+               "-o", str(path), "-p", precision, "-e", "cpu", "-c", str(cache)]  # fmt: skip
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        if p.returncode or not (path / "genai_config.json").is_file():
+            tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"onnxruntime-genai builder exit {p.returncode}: {tail[0][:300]}")
+
+    key = {"cfg": shape.cfg.to_dict(), "precision": precision}
+    return _cached(work / f"{shape.name}-genai-{precision}", key, build)
 
 
 @contextlib.contextmanager

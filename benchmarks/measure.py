@@ -10,19 +10,16 @@ One turn times three calls: the full forced-length generation (total), the same
 with one new token (time to first token: encoder or prefill + first step), and the encoder
 alone (ED stacks that expose it). Figures are medians with min-max over rounds.
 
-Memory: peak RSS of a fresh child process that loads one stack and runs each workload once
-(`--memory subprocess`, the default: it includes the interpreter and every library the stack
-imports, as a deployment would), or the growth of this process's peak RSS while loading a stack
-and running its first call (`--memory delta`: cheap, but libraries imported earlier by other
-stacks are not counted).
+Memory (the helpers below; the child processes are `benchmarks.child`): the RSS of the stack's
+own process once loaded; the peak RSS of a fresh child process that loads one stack and runs
+each workload once (`--memory subprocess`, the default: it includes the interpreter and every
+library the stack imports, as a deployment would), or the growth of peak RSS while loading a
+stack (`--memory delta`: cheap).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -66,7 +63,7 @@ def agreement(out: list[list[int]], ref: list[list[int]] | None) -> float | None
 
 def turns(names: list[str], rounds: int):
     """The interleaved order: every name once a round, rotating; a settle pause before each."""
-    for rnd in range(rounds):
+    for rnd in range(rounds if names else 0):
         k = rnd % len(names)
         for name in names[k:] + names[:k]:
             time.sleep(SETTLE_S)
@@ -163,17 +160,3 @@ def rss_mb() -> float:
 
 def peak_rss_mb() -> float:
     return _status_kb("VmHWM") / 1024
-
-
-def child_peak_rss(spec: dict, timeout: float = 600) -> dict:
-    """Run `python -m edgeformer.benchmarks.memory` on `spec`; its JSON result or an error."""
-    cmd = [sys.executable, "-m", "edgeformer.benchmarks.memory", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out"}
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode or not lines:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"error": f"exit {p.returncode}: {tail[0][:200]}"}
-    return json.loads(lines[-1])

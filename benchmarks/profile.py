@@ -1,7 +1,8 @@
 """`--profile`: where one decode step's time goes.
 
-1. onnxruntime's profiler (SessionOptions.enable_profiling) on the package's decoder_with_past
-   graph, batch 1, a past of `past` positions: kernel time per op type, per step.
+1. onnxruntime's profiler (SessionOptions.enable_profiling) on the package's decoder graph,
+   driven by the runtime's own step loop (IO binding, cache written in place), batch 1, after
+   `past` cached positions: kernel time per op type, per step.
 2. Python outside session.run: the runtime's full W1 generation with every
    InferenceSession.run / run_with_iobinding timed, for each ORT-based stack (ours and Optimum).
 """
@@ -19,29 +20,27 @@ from pathlib import Path
 import numpy as np
 
 
-def _feed(session, cfg, batch: int, past: int, src: int, rng) -> dict:
-    """Synthetic inputs for a decoder_with_past graph from its declared inputs."""
-    H, D = cfg.n_heads, cfg.d_model // cfg.n_heads
-    feed = {}
-    for i in session.get_inputs():
-        dtype = np.float16 if "float16" in i.type else np.float32
-        if i.name == "input_ids":
-            feed[i.name] = rng.integers(4, cfg.vocab_size, (batch, 1), dtype=np.int64)
-        elif i.name == "encoder_attention_mask":
-            feed[i.name] = np.ones((batch, src), np.int64)
-        elif i.name == "attention_mask":
-            feed[i.name] = np.ones((batch, past + 1), np.int64)
-        elif ".encoder." in i.name:
-            feed[i.name] = rng.standard_normal((batch, H, src, D)).astype(dtype)
-        else:  # self-attention past
-            feed[i.name] = rng.standard_normal((batch, H, past, D)).astype(dtype)
-    return feed
+def _stepper(session, cfg, past: int, src: int, rng):
+    """The runtime's CachedDecoder over `session`, batch 1, with `past` positions prefilled
+    (ED: random cross K/V for a source of `src` tokens)."""
+    from edgeformer.runtime.package import cross_names
+    from edgeformer.runtime.steppers import CachedDecoder, Graph
+
+    H, D, L = cfg.n_heads, cfg.d_model // cfg.n_heads, cfg.n_decoder_layers
+    static = None
+    if cfg.family == "encoder-decoder":
+        static = {n: rng.standard_normal((1, H, src, D)).astype(np.float32) for n in cross_names(L)}
+        static["encoder_attention_mask"] = np.ones((1, src), np.int64)
+    dec = CachedDecoder(Graph(session), cfg.family, L, H, D, cfg.max_len, 1, static)
+    ids = rng.integers(4, cfg.vocab_size, (1, past), dtype=np.int64)
+    dec.prefill(ids, np.ones_like(ids))
+    return dec
 
 
 def decode_step_ops(
     graph: Path, cfg, threads: int, steps: int = 30, warmup: int = 5, past: int = 24
 ) -> dict:
-    """Kernel time per op type for one decoder_with_past step, from onnxruntime's profiler."""
+    """Kernel time per op type for one decoder step, from onnxruntime's profiler."""
     import onnxruntime as ort
 
     from .stacks import ort_options
@@ -49,18 +48,20 @@ def decode_step_ops(
     with tempfile.TemporaryDirectory() as tmp:
         so = ort_options(threads, profile_file=os.path.join(tmp, "ort"))
         sess = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
-        feed = _feed(sess, cfg, 1, past, 16, np.random.default_rng(0))
+        rng = np.random.default_rng(0)
+        dec = _stepper(sess, cfg, past, 16, rng)
+        tokens = rng.integers(4, cfg.vocab_size, (1,), dtype=np.int64)
         walls = []
         for i in range(warmup + steps):
             t = time.perf_counter()
-            sess.run(None, feed)
+            dec.step(tokens)
             if i >= warmup:
                 walls.append((time.perf_counter() - t) * 1e6)
         trace = json.loads(Path(sess.end_profiling()).read_text())
     runs = sorted(
         (e for e in trace if e.get("cat") == "Session" and e.get("name") == "model_run"),
         key=lambda e: e["ts"],
-    )[warmup:]
+    )[1 + warmup :]  # the prefill, then the warm-up steps
     if not runs:
         return {"error": "the profiler recorded no model_run events"}
     start = runs[0]["ts"]

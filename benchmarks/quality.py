@@ -65,7 +65,7 @@ def bleu(
     pkg = load_package(package)
     variants = variants or pkg.variants
     # one output cap for every stack, so that "same as PyTorch" compares the same search
-    max_new_tokens = pkg.config["model"]["max_len"] - 1
+    max_new_tokens = pkg.config.max_len - 1
     result: dict = {"package": str(package), "variants": {}}
     src_lang, tgt_lang = direction(package)
     src = multi30k("test_2016_flickr", src_lang, limit)
@@ -107,48 +107,33 @@ def perplexity(
     variants: list[str] | None = None,
     threads: int = 2,
     limit: int | None = None,
-    batch_size: int = 8,
+    batch_size: int = 64,
     log=print,
 ) -> dict:
     """{"tokens", "variants": {v: {loss, ppl, seconds, tokens_per_s}}} on Shakespeare val."""
-    import onnxruntime as ort
     from tokenizers import Tokenizer
 
+    from edgeformer.runtime import Generator
     from edgeformer.runtime.package import load_package
-
-    from .stacks import ort_options
 
     pkg = load_package(package)
     variants = variants or pkg.variants
-    T = pkg.config["model"]["max_len"]
+    T = pkg.config.max_len
     tok = Tokenizer.from_file(str(Path(package) / "tokenizer.json"))
     lines = shakespeare_val().splitlines(keepends=True)  # as edgeformer.train's encode_stream
     enc = tok.encode_batch(lines, add_special_tokens=False)
     ids = np.asarray([i for e in enc for i in e.ids], np.int64)
-    windows = [ids[s : s + T + 1] for s in range(0, len(ids) - 1, T)]
+    windows = [ids[s : s + T + 1].tolist() for s in range(0, len(ids) - 1, T)]
     windows = [w for w in windows if len(w) > 1][:limit] if limit else windows
     result: dict = {"package": str(package), "windows": len(windows), "variants": {}}
     for v in variants:
-        sess = ort.InferenceSession(
-            str(pkg.file("decoder", v)), ort_options(threads), providers=["CPUExecutionProvider"]
-        )
+        gen = Generator(package, variant=v, provider="cpu", threads=threads)
         t = time.perf_counter()
         nll, count = 0.0, 0
-        groups: dict[int, list] = {}
-        for w in windows:
-            groups.setdefault(len(w), []).append(w)
-        for group in groups.values():
-            for b in range(0, len(group), batch_size):
-                w = np.stack(group[b : b + batch_size])
-                x, y = w[:, :-1], w[:, 1:]
-                (logits,) = sess.run(
-                    ["logits"], {"input_ids": x, "attention_mask": np.ones_like(x)}
-                )
-                z = logits.astype(np.float64)
-                z -= z.max(-1, keepdims=True)
-                logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
-                nll -= np.take_along_axis(logp, y[..., None], -1).sum()
-                count += y.size
+        for b in range(0, len(windows), batch_size):  # the runtime's step loop, teacher-forced
+            for logp in gen.score_ids(windows[b : b + batch_size]):
+                nll -= float(logp.sum())
+                count += len(logp)
         secs = time.perf_counter() - t
         loss = nll / max(count, 1)
         result["tokens"] = count

@@ -1,11 +1,11 @@
-"""`edgeformer export CHECKPOINT OUT_DIR [--quantize int4,int8,int8-dynamic,fp16] [--force]`."""
+"""`edgeformer export CHECKPOINT OUT_DIR [--quantize int8,int4] [--force]`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .quantize import VARIANTS, check_variants
+from ..runtime.package import VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> None:
@@ -18,7 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> N
         help=f"extra variants, comma-separated: {','.join(v for v in VARIANTS if v != 'fp32')}",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
-    parser.add_argument("--opset", type=int, default=23, help="ONNX opset (>= 23)")
     parser.add_argument(
         "--no-verify", action="store_true", help="skip the PyTorch vs onnxruntime parity check"
     )
@@ -26,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    from .exporter import export_package
+    from .exporter import check_variants, export_package
 
     variants = ["fp32", *check_variants(args.quantize)]
     path = export_package(
@@ -34,7 +33,6 @@ def run(args: argparse.Namespace) -> int:
         args.out_dir,
         variants=variants,
         force=args.force,
-        opset=args.opset,
         verbose=not args.quiet,
     )
     if not args.no_verify:

@@ -1,36 +1,35 @@
 """export_package: checkpoint folder -> model package folder (see edgeformer.runtime.package).
 
 The package is built in a temporary folder beside OUT_DIR and renamed at the end, so a failed
-export leaves nothing behind and an existing package is only replaced with force=True.
+export leaves nothing behind (and a killed one's folder is removed by the next export). An
+existing OUT_DIR is replaced only with force=True and only when it is an edgeformer package;
+never the checkpoint itself or a folder that holds it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import shutil
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 from ..models.checkpoint import TOKENIZER, load_checkpoint
 from ..runtime.package import (
     CONFIG_FILE,
-    FORMAT_VERSION,
     PACKAGE_FORMAT,
     TOKENIZER_FILE,
-    graph_file,
+    VARIANT_SPECS,
+    PackageConfig,
+    SpecialTokens,
+    VariantEntry,
     io_names,
     sha256,
+    write_graphs,
 )
-from .quantize import VARIANTS, check_variants, quantize
-
-MIN_OPSET = 23  # the fused ONNX Attention op
-MIN_ONNXRUNTIME = "1.23.0"  # first release with a CPU kernel for Attention-23
+from .builder import OPSET, build_graphs
 
 
 def _log(verbose: bool, msg: str) -> None:
@@ -42,21 +41,14 @@ def _mb(path: Path) -> str:
     return f"{path.stat().st_size / 1e6:.1f} MB"
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Silence the exporter's and quantizers' warnings and INFO logs."""
-    names = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnxruntime")
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for lg in loggers:
-            lg.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            for lg, level in zip(loggers, levels):
-                lg.setLevel(level)
+def check_variants(variants: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Validate variant names (a list, or a comma-separated string) -> list without repeats."""
+    if isinstance(variants, str):
+        variants = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in variants if v not in VARIANT_SPECS]
+    if bad:
+        raise ValueError(f"unknown quantization {bad}; valid: {', '.join(VARIANT_SPECS)}")
+    return list(dict.fromkeys(variants))
 
 
 def unk_id(tokenizer_json: Path) -> int | None:
@@ -70,89 +62,112 @@ def unk_id(tokenizer_json: Path) -> int | None:
     return None if token is None else Tokenizer.from_file(str(tokenizer_json)).token_to_id(token)
 
 
+def is_package(path: Path) -> bool:
+    """A folder whose config.json says it is an edgeformer package (what --force may replace)."""
+    try:
+        return json.loads((path / CONFIG_FILE).read_text()).get("format") == PACKAGE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_target(checkpoint_dir: Path, out_dir: Path, force: bool) -> None:
+    """Refuse an OUT_DIR that export must not replace: existing without force, not a package,
+    or the checkpoint itself (or a folder that holds it)."""
+    src, dst = checkpoint_dir.resolve(), out_dir.resolve()
+    if dst == src or dst in src.parents:
+        raise ValueError(f"{out_dir} is or contains the checkpoint being exported; choose another")
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if not force:
+        raise FileExistsError(f"{out_dir} already exists (use force=True / --force to replace it)")
+    if out_dir.is_symlink() or not out_dir.is_dir() or not is_package(out_dir):
+        raise FileExistsError(
+            f"{out_dir} exists and is not an edgeformer model package (no package config.json): "
+            "--force replaces packages only; remove it yourself or choose another folder"
+        )
+
+
+PID_FILE = ".export-pid"
+
+
+def remove_stale_temporaries(out_dir: Path) -> None:
+    """Delete `.NAME.tmp-*` folders left by killed exports (their exporting process is gone)."""
+    for tmp in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
+        try:
+            pid = int((tmp / PID_FILE).read_text())
+            os.kill(pid, 0)  # still running: another export's folder
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except (OSError, ValueError):
+            continue  # no readable PID file: not ours to judge
+
+
+def make_temporary(out_dir: Path) -> Path:
+    """A hidden folder beside OUT_DIR with the user's umask (mkdtemp makes it 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)
+    (tmp / PID_FILE).write_text(str(os.getpid()))
+    return tmp
+
+
 def export_package(
     checkpoint_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
-    variants: tuple[str, ...] | list[str] = ("fp32",),
+    variants: tuple[str, ...] | list[str] | str = ("fp32",),
     force: bool = False,
-    opset: int = 23,
     verbose: bool = True,
 ) -> Path:
-    """Export a checkpoint to an ONNX model package in `out_dir`; returns its path.
+    """Export a checkpoint to a model package in `out_dir`; returns its path.
 
-    variants: any of VARIANTS ("fp32" is always written: the quantizers start from it).
+    variants: names of runtime.package.VARIANT_SPECS ("fp32" is always written).
     """
-    import onnx
     import torch
 
-    from .graphs import graph_specs, to_onnx
-
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
-    if opset < MIN_OPSET:
-        raise ValueError(
-            f"opset {opset} is not supported: the fused ONNX Attention op needs opset >= "
-            f"{MIN_OPSET}"
-        )
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
-    if out_dir.exists() and not force:
-        raise FileExistsError(f"{out_dir} already exists (use force=True / --force to replace it)")
+    check_target(checkpoint_dir, out_dir, force)
     model, ckpt_config = load_checkpoint(checkpoint_dir)
     cfg = model.cfg
-    names = io_names(cfg.family, cfg.n_decoder_layers)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    remove_stale_temporaries(out_dir)
+    tmp = make_temporary(out_dir)
     try:
         t0 = time.perf_counter()
         shutil.copyfile(checkpoint_dir / TOKENIZER, tmp / TOKENIZER_FILE)
-        files: dict[str, dict[str, str]] = {v: {} for v in variants}
-        with _quiet(), torch.no_grad():
-            for graph, (wrapper, args, dims) in graph_specs(model).items():
+        entries: dict[str, VariantEntry] = {}
+        with torch.no_grad():
+            for variant in variants:
                 t = time.perf_counter()
-                io = names[graph]
-                proto = to_onnx(wrapper, args, dims, io["inputs"], io["outputs"], opset)
-                path = tmp / graph_file(graph, "fp32")
-                onnx.save_model(proto, path)  # weights inline (< 2 GB)
-                files["fp32"][graph] = path.name
-                _log(verbose, f"{graph} fp32: {_mb(path)}, {time.perf_counter() - t:.1f} s")
-            for variant in variants[1:]:
-                for graph in names:
-                    t = time.perf_counter()
-                    src, dst = tmp / graph_file(graph, "fp32"), tmp / graph_file(graph, variant)
-                    quantize(src, dst, variant)
-                    files[variant][graph] = dst.name
-                    _log(verbose, f"{graph} {variant}: {_mb(dst)}, {time.perf_counter() - t:.1f} s")
-        config = {
-            "format": PACKAGE_FORMAT,
-            "format_version": FORMAT_VERSION,
-            "family": cfg.family,
-            "task": ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
-            "model": cfg.to_dict(),
-            "special_tokens": {
-                "pad_id": cfg.pad_id,
-                "bos_id": cfg.bos_id,
-                "eos_id": cfg.eos_id,
-                "unk_id": unk_id(tmp / TOKENIZER_FILE),
-            },
-            "opset": opset,
-            "graphs": names,
-            "variants": {
-                v: {
-                    "files": files[v],
-                    "io_dtype": VARIANTS[v]["io_dtype"],
-                    "description": VARIANTS[v]["description"],
-                }
-                for v in variants
-            },
-            "files": {
-                name: sha256(tmp / name)
-                for name in [TOKENIZER_FILE, *(f for v in variants for f in files[v].values())]
-            },
-            "min_onnxruntime": MIN_ONNXRUNTIME,
-        }
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+                graphs, _ = build_graphs(model, VARIANT_SPECS[variant])
+                files = write_graphs(tmp, variant, {name: g.proto() for name, g in graphs.items()})
+                weights = files.pop("weights")
+                spec = VARIANT_SPECS[variant]
+                entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
+                size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
+                _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
+        listed = [TOKENIZER_FILE]
+        for entry in entries.values():
+            listed += [*entry.files.values(), entry.weights]
+        config = PackageConfig(
+            family=cfg.family,
+            model=cfg.to_dict(),
+            special_tokens=SpecialTokens(
+                cfg.pad_id, cfg.bos_id, cfg.eos_id, unk_id(tmp / TOKENIZER_FILE)
+            ),
+            graphs=io_names(cfg.family, cfg.n_decoder_layers),
+            variants=entries,
+            files={name: sha256(tmp / name) for name in listed},
+            task=ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
+            opset=OPSET,
+        )
+        (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
+        (tmp / PID_FILE).unlink()
+        check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed meanwhile
         if out_dir.exists():
-            shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
+            shutil.rmtree(out_dir)
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

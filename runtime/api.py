@@ -1,6 +1,6 @@
 """Translator and Generator: text in, text out, over a model package (CTranslate2-like API).
 
-    t = Translator("packages/multi30k")            # provider="auto": CUDA if it really runs
+    t = Translator("packages/multi30k")            # provider="auto": the CPU (see cpu_only)
     t.translate("a man rides a bike .")            # greedy
     t.translate_batch(texts, num_beams=4)          # any decoding.GenerationOptions field
     g = Generator("packages/shakespeare")
@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import warnings
 from collections.abc import Iterator
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from .decoding import GenerationOptions, Hypothesis, beam_search, generate, iter_tokens
+from .decoding import GenerationOptions, Hypothesis, beam_search, generate, iter_tokens, score
 from .package import TOKENIZER_FILE, Package, PackageError, graph_names, io_names, load_package
-from .session import create_session
-from .steppers import DecoderOnlyStepper, EncoderDecoderStepper, Graph
+from .session import PROVIDERS, create_session
+from .steppers import CachedDecoder, Graph, start_decoder_only, start_encoder_decoder
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
 
@@ -38,15 +39,48 @@ def make_options(opts: GenerationOptions | None = None, **options) -> Generation
     return dataclasses.replace(opts or GenerationOptions(), **options)
 
 
-def pad(seqs: list[list[int]], pad_id: int, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Id lists -> (B, T) int64 ids and 0/1 mask; left padding for LM prompts."""
+def pad(seqs: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Id lists -> right-padded (B, T) int64 ids and 0/1 mask."""
     T = max(len(s) for s in seqs)
     ids = np.full((len(seqs), T), pad_id, dtype=np.int64)
     mask = np.zeros((len(seqs), T), dtype=np.int64)
     for i, s in enumerate(seqs):
-        sl = slice(T - len(s), T) if left else slice(0, len(s))
-        ids[i, sl], mask[i, sl] = s, 1
+        ids[i, : len(s)], mask[i, : len(s)] = s, 1
     return ids, mask
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def check_onnxruntime(pkg: Package) -> None:
+    """The package's min_onnxruntime, enforced before any graph is loaded."""
+    import onnxruntime as ort
+
+    if _version(ort.__version__) < _version(pkg.config.min_onnxruntime):
+        raise PackageError(
+            f"model package {pkg.path} needs onnxruntime >= {pkg.config.min_onnxruntime}; "
+            f"this is {ort.__version__} (pip install -U onnxruntime)"
+        )
+
+
+def cpu_only(provider: str) -> str:
+    """Format-2 packages decode on the CPU provider.
+
+    Their self-attention is GroupQueryAttention, which onnxruntime's CUDA provider runs for
+    float16/bfloat16 only (an fp32 graph would run it on the CPU, copying the cache across every
+    step), and no float16 variant is exported yet. `auto` therefore means the CPU, and `cuda` is
+    an error rather than a silent fallback.
+    """
+    if provider not in PROVIDERS:
+        raise ValueError(f"provider={provider!r}, expected one of {PROVIDERS}")
+    if provider == "cuda":
+        raise ValueError(
+            "provider 'cuda': this package's graphs decode on the CPU provider only "
+            "(GroupQueryAttention has no float32 CUDA kernel and no float16 variant is exported "
+            "yet); use provider 'cpu' or 'auto'"
+        )
+    return "cpu"
 
 
 class Model:
@@ -68,12 +102,13 @@ class Model:
                 f"model package {pkg.path} is {pkg.family}, not {family}: use {use} "
                 f"(edgeformer {'translate' if use == 'Translator' else 'generate'})"
             )
+        provider = cpu_only(provider)
         self.package, self.family, self.variant = pkg, family, variant
-        self.cfg = pkg.config["model"]
-        self.n_layers = self.cfg["n_decoder_layers"]
-        self.max_len = self.cfg["max_len"]
-        special = pkg.config["special_tokens"]
-        self.pad_id, self.bos_id, self.eos_id = (special[k] for k in ("pad_id", "bos_id", "eos_id"))
+        check_onnxruntime(pkg)
+        self.config = pkg.config
+        self.n_layers, self.max_len = self.config.n_layers, self.config.max_len
+        special = self.config.special_tokens
+        self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
         self.tokenizer = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
         names = io_names(family, self.n_layers)
         self.graphs: dict[str, Graph] = {}
@@ -89,7 +124,7 @@ class Model:
                     f"model package {pkg.path}: {graph} graph's inputs/outputs do not match "
                     f"the package contract (inputs {inputs}, outputs {outputs})"
                 )
-            self.graphs[graph] = Graph(sess, provider, want["outputs"])
+            self.graphs[graph] = Graph(sess)
         self.provider = provider  # "cuda" or "cpu": what the sessions really run on
 
     def encode(self, text: str) -> list[int]:
@@ -150,7 +185,9 @@ class Translator:
         self.model = Model(package_path, "encoder-decoder", variant, provider, threads, spinning)
         self.provider, self.max_len = self.model.provider, self.model.max_len
 
-    def _stepper(self, sources: list[list[int]]) -> EncoderDecoderStepper:
+    def _stepper(
+        self, sources: list[list[int]], opts: GenerationOptions
+    ) -> tuple[CachedDecoder, np.ndarray]:
         m = self.model
         for s in sources:
             if not s or len(s) > m.max_len:
@@ -159,7 +196,7 @@ class Translator:
                     f"{m.max_len} (translate_batch(..., truncate=True) cuts longer ones)"
                 )
         src, mask = pad(sources, m.pad_id)
-        return EncoderDecoderStepper(m.graphs, m.n_layers, m.bos_id, src, mask)
+        return start_encoder_decoder(m.graphs, m.config, src, mask, opts.max_new_tokens)
 
     def _fit(self, opts: GenerationOptions) -> GenerationOptions:
         """Target positions are limited to max_len: BOS + max_new_tokens - 1 fed tokens."""
@@ -174,8 +211,8 @@ class Translator:
     ) -> list[list[int]]:
         """Source id lists (ending in EOS) -> output ids (no BOS/EOS), as models.translate_ids."""
         opts = self._fit(opts or GenerationOptions())
-        stepper = self._stepper(sources)
-        return generate(stepper.first_logits, stepper, opts, self.model.eos_id)
+        stepper, first = self._stepper(sources, opts)
+        return generate(first, stepper, opts, self.model.eos_id)
 
     def translate_ids_nbest(
         self, sources: list[list[int]], opts: GenerationOptions | None = None
@@ -184,8 +221,8 @@ class Translator:
         opts = self._fit(opts or GenerationOptions())
         if opts.sampling:
             raise ValueError("n-best lists come from beam search, not sampling")
-        stepper = self._stepper(sources)
-        return beam_search(stepper.first_logits, stepper, opts, self.model.eos_id)
+        stepper, first = self._stepper(sources, opts)
+        return beam_search(first, stepper, opts, self.model.eos_id)
 
     def _sources(self, texts: list[str], truncate: bool) -> tuple[list[int], list[list[int]]]:
         """(indices of non-empty texts, their source ids); empty texts translate to ''."""
@@ -253,23 +290,41 @@ class Generator:
             opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
         )
         m = self.model
-        ids, mask = pad(prompts, m.pad_id, left=True)
-        return DecoderOnlyStepper(m.graphs, m.n_layers, ids, mask, n), opts
+        ids, mask = pad(prompts, m.pad_id)
+        stepper, first = start_decoder_only(m.graphs, m.config, ids, mask, n)
+        return stepper, first, opts
 
     def generate_ids(
         self, prompts: list[list[int]], opts: GenerationOptions | None = None
     ) -> list[list[int]]:
         """Prompt id lists -> continuation id lists (no EOS); as models.complete_ids."""
-        stepper, opts = self._stepper(prompts, opts or GenerationOptions())
-        return generate(stepper.first_logits, stepper, opts, self.model.eos_id, prompts)
+        stepper, first, opts = self._stepper(prompts, opts or GenerationOptions())
+        return generate(first, stepper, opts, self.model.eos_id, prompts)
 
     def generate_ids_nbest(
         self, prompts: list[list[int]], opts: GenerationOptions | None = None
     ) -> list[list[Hypothesis]]:
-        stepper, opts = self._stepper(prompts, opts or GenerationOptions())
-        if opts.sampling:
+        if (opts or GenerationOptions()).sampling:
             raise ValueError("n-best lists come from beam search, not sampling")
-        return beam_search(stepper.first_logits, stepper, opts, self.model.eos_id, prompts)
+        stepper, first, opts = self._stepper(prompts, opts or GenerationOptions())
+        return beam_search(first, stepper, opts, self.model.eos_id, prompts)
+
+    def score_ids(self, sequences: list[list[int]]) -> list[np.ndarray]:
+        """log p(token t | tokens < t) for tokens 1 .. n - 1 of each sequence (teacher forcing,
+        float64); a sequence may be up to max_len + 1 tokens (the last one is never fed)."""
+        if (
+            not sequences
+            or min(map(len, sequences)) < 2
+            or max(map(len, sequences)) > self.max_len + 1
+        ):
+            raise ValueError(
+                f"score_ids needs sequences of 2 .. max_len + 1 = {self.max_len + 1} tokens"
+            )
+        m = self.model
+        ids, mask = pad([s[:1] for s in sequences], m.pad_id)
+        targets = [s[1:] for s in sequences]
+        stepper, first = start_decoder_only(m.graphs, m.config, ids, mask, max(map(len, targets)))
+        return score(first, stepper, targets)
 
     def _prompt(self, text: str, truncate: bool) -> list[int]:
         ids = self.model.encode(text) or [self.model.bos_id]
@@ -295,9 +350,9 @@ class Generator:
             yield self.generate(prompt, truncate=truncate, **options)
             return
         ids = [self._prompt(prompt, truncate)]
-        stepper, opts = self._stepper(ids, opts)
+        stepper, first, opts = self._stepper(ids, opts)
         text = TextStream(self.model.decode, ids[0])
-        for _, tokens in iter_tokens(stepper.first_logits, stepper, opts, self.model.eos_id, ids):
+        for _, tokens in iter_tokens(first, stepper, opts, self.model.eos_id, ids):
             piece = text.push(int(tokens[0]))
             if piece:
                 yield piece

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from .api import Generator, Translator
 from .decoding import GenerationOptions
+from .package import VARIANTS
 
 
 def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
@@ -20,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("package", help="model package folder (edgeformer export)")
     p.add_argument("texts", nargs="*", metavar="TEXT", help=what or "prompt(s) (default: stdin)")
     g = p.add_argument_group("runtime")
-    g.add_argument("--variant", default="fp32", help="fp32 | int4 | int8 | int8-dynamic | fp16")
+    g.add_argument("--variant", default="fp32", help=" | ".join(VARIANTS))
     g.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda"))
     g.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
     g.add_argument(

@@ -288,6 +288,26 @@ def beam_search(
     return results
 
 
+def score(first_logits: np.ndarray, stepper: Stepper, targets: list[list[int]]) -> list[np.ndarray]:
+    """Teacher forcing: log p(targets[b][t] | everything before it), float64, one array per row.
+
+    `first_logits` (B, V) predict each row's first target; rows may differ in length (shorter
+    rows step on with padding that is never read back).
+    """
+    T = max(len(t) for t in targets)
+    tgt = np.zeros((len(targets), T), dtype=np.int64)
+    for b, t in enumerate(targets):
+        tgt[b, : len(t)] = t
+    out = np.zeros(tgt.shape)
+    rows, logits = np.arange(len(targets)), first_logits
+    for t in range(T):
+        _check_finite(logits)
+        out[:, t] = log_softmax(logits.astype(np.float64))[rows, tgt[:, t]]
+        if t + 1 < T:
+            logits = stepper.step(tgt[:, t])
+    return [out[b, : len(t)] for b, t in enumerate(targets)]
+
+
 def generate(
     first_logits: np.ndarray,
     stepper: Stepper,

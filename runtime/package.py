@@ -1,40 +1,40 @@
-"""The model package: the contract between `edgeformer export` and the runtime.
+"""The model package: the contract between `edgeformer export` and the runtime (format 2).
 
 A package is a folder:
 
-    config.json                      this contract's metadata (below)
-    tokenizer.json                   the `tokenizers` tokenizer
-    encoder.onnx                     encoder-decoder only
-    decoder.onnx                     first decoder pass, no past (ED: BOS step; LM: prompt prefill)
-    decoder_with_past.onnx           one decoder step with past keys/values
-    {graph}.{variant}.onnx           quantized variants (int4, int8, int8-dynamic, fp16)
+    config.json                 this contract's metadata (below)
+    tokenizer.json              the `tokenizers` tokenizer
+    encoder.onnx                encoder-decoder only: source -> cross-attention K/V of every layer
+    decoder.onnx                one decoding step, or a prompt prefill, over a preallocated cache
+    weights.data                the fp32 weights, shared by the graphs (ONNX external data)
+    {graph}.{variant}.onnx      the graphs of a quantized variant (int8, int4) ...
+    weights.{variant}.data      ... and its weights
 
-Graph inputs/outputs (Optimum's names; B batch, S source, T new, P past, H heads, D head dim):
+Graph inputs/outputs (B batch, S source, T new tokens, M cache capacity, H heads, D head dim,
+V vocabulary; ids, positions and masks int64, masks 1 = real token):
 
-  encoder            in  input_ids (B,S) int64, attention_mask (B,S) int64
-                     out encoder_hidden_states (B,S,C)
-  ED decoder         in  input_ids (B,T), encoder_hidden_states (B,S,C),
-                         encoder_attention_mask (B,S)
-                     out logits (B,T,V), present.{i}.decoder.key|value (B,H,T,D),
-                         present.{i}.encoder.key|value (B,H,S,D)
-  ED decoder_with_past
-                     in  input_ids (B,T), encoder_attention_mask (B,S),
-                         past_key_values.{i}.decoder.key|value (B,H,P,D),
-                         past_key_values.{i}.encoder.key|value (B,H,S,D)
-                     out logits (B,T,V), present.{i}.decoder.key|value (B,H,P+T,D)
-  LM decoder         in  input_ids (B,T), attention_mask (B,T)   (prompts left-padded)
-                     out logits (B,T,V), present.{i}.key|value (B,H,T,D)
-  LM decoder_with_past
-                     in  input_ids (B,T), attention_mask (B,P+T), past_key_values.{i}.key|value
-                     out logits (B,T,V), present.{i}.key|value (B,H,P+T,D)
+  encoder      in  input_ids (B,S), attention_mask (B,S)                 (right-padded)
+               out present.{i}.encoder.key|value (B,H,S,D)               cross K/V per layer
+  ED decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
+                   encoder_attention_mask (B,S), past_key_values.{i}.decoder.key|value (B,H,M,D),
+                   past_key_values.{i}.encoder.key|value (B,H,S,D)
+               out logits (B,V), present.{i}.decoder.key|value (B,H,M,D)
+  LM decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
+                   past_key_values.{i}.key|value (B,H,M,D)
+               out logits (B,V), present.{i}.key|value (B,H,M,D)
 
-Masks are 1 for a real token, 0 for padding. Float tensors are float32 except where a variant's
-`io_dtype` says float16.
+The decoder's cache is a buffer of capacity M (up to the model's max_len) that the graph writes
+in place when `past_key_values.X` and `present.X` are bound to the same memory (GroupQuery-
+Attention's shared buffer); row b holds its tokens in positions 0 .. L_b - 1, where
+L_b = attention_mask[b].sum() counts the tokens in the cache *after* this call, and the T new
+tokens of row b are written at L_b - T ... L_b - 1 (prefill: right-padded prompts, padding
+positions get position id 0 and mask 0). `logits` are those of each row's last new token, the
+one with the largest position id. Float tensors are float32.
 
-config.json keys: format ("edgeformer-package"), format_version, family, task (from the
+config.json keys: format ("edgeformer-package"), format_version (2), family, task (from the
 checkpoint, e.g. {kind, src_lang, tgt_lang}), model (the ModelConfig dict), special_tokens
 {pad_id, bos_id, eos_id, unk_id}, opset, graphs {name: {inputs, outputs}}, variants {variant:
-{files: {graph: file}, io_dtype, description}}, files {file: sha256}, min_onnxruntime.
+{files: {graph: file}, weights, io_dtype, description}}, files {file: sha256}, min_onnxruntime.
 """
 
 from __future__ import annotations
@@ -42,72 +42,106 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PACKAGE_FORMAT = "edgeformer-package"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 FAMILIES = ("encoder-decoder", "decoder-only")
-VARIANTS = ("fp32", "int4", "int8", "int8-dynamic", "fp16")
+MIN_ONNXRUNTIME = "1.22.0"  # GroupQueryAttention with a shared buffer and packed QKV on CPU
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """How a variant stores its weights. bits None = float32; else MatMulNBits (symmetric
+    blocks of `block_size` along the input dimension, `accuracy_level` 4 = int8 compute)."""
+
+    name: str
+    description: str
+    bits: int | None = None  # decoder and encoder linear layers
+    embed_bits: int | None = None  # token embedding (GatherBlockQuantized)
+    head_bits: int | None = None  # output projection (shares the table when tied)
+    block_size: int = 32
+    accuracy_level: int = 4  # 0 was slower than fp32 on AVX2 CPUs (README design notes)
+    io_dtype: str = "float32"
+
+
+VARIANT_SPECS: dict[str, VariantSpec] = {
+    s.name: s
+    for s in (
+        VariantSpec("fp32", "float32 (reference)"),
+        VariantSpec(
+            "int8",
+            "MatMulNBits 8-bit weights everywhere, block 32, int8 compute",
+            bits=8,
+            embed_bits=8,
+            head_bits=8,
+        ),  # fmt: skip
+        VariantSpec(
+            "int4",
+            "MatMulNBits 4-bit layers, 8-bit embedding and output projection, "
+            "block 32, int8 compute",
+            bits=4,
+            embed_bits=8,
+            head_bits=8,
+        ),  # fmt: skip
+    )
+}
+VARIANTS = tuple(VARIANT_SPECS)
 
 
 def graph_names(family: str) -> tuple[str, ...]:
-    if family == "encoder-decoder":
-        return ("encoder", "decoder", "decoder_with_past")
-    return ("decoder", "decoder_with_past")
+    return ("encoder", "decoder") if family == "encoder-decoder" else ("decoder",)
 
 
 def graph_file(graph: str, variant: str) -> str:
     return f"{graph}.onnx" if variant == "fp32" else f"{graph}.{variant}.onnx"
 
 
-def past_names(family: str, n_layers: int, prefix: str = "past_key_values") -> list[str]:
-    """Per-layer cache names in graph order: ED self then cross ('decoder', 'encoder'); LM plain."""
-    names = []
-    for i in range(n_layers):
-        if family == "encoder-decoder":
-            kinds = ("decoder", "encoder") if prefix == "past_key_values" else ("decoder",)
-            names += [f"{prefix}.{i}.{kind}.{kv}" for kind in kinds for kv in ("key", "value")]
-        else:
-            names += [f"{prefix}.{i}.{kv}" for kv in ("key", "value")]
-    return names
+def weights_file(variant: str) -> str:
+    return "weights.data" if variant == "fp32" else f"weights.{variant}.data"
+
+
+def cache_names(family: str, n_layers: int, prefix: str = "past_key_values") -> list[str]:
+    """The decoder's self-attention cache names, per layer key then value."""
+    kind = ".decoder" if family == "encoder-decoder" else ""
+    return [f"{prefix}.{i}{kind}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+
+
+def cross_names(n_layers: int, prefix: str = "past_key_values") -> list[str]:
+    """The encoder-decoder's cross-attention K/V names (encoder outputs: prefix 'present')."""
+    return [f"{prefix}.{i}.encoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
 
 
 def io_names(family: str, n_layers: int) -> dict[str, dict[str, list[str]]]:
     """The input and output names of every graph of a package of this family."""
+    step = ["input_ids", "position_ids", "attention_mask"]
     if family == "encoder-decoder":
-        present_self = past_names(family, n_layers, "present")
-        present_all = [
-            f"present.{i}.{kind}.{kv}"
+        past = [
+            n
             for i in range(n_layers)
-            for kind in ("decoder", "encoder")
-            for kv in ("key", "value")
+            for n in (
+                *cache_names(family, n_layers)[2 * i : 2 * i + 2],
+                *cross_names(n_layers)[2 * i : 2 * i + 2],
+            )  # fmt: skip
         ]
         return {
             "encoder": {
                 "inputs": ["input_ids", "attention_mask"],
-                "outputs": ["encoder_hidden_states"],
+                "outputs": cross_names(n_layers, "present"),
             },
             "decoder": {
-                "inputs": ["input_ids", "encoder_hidden_states", "encoder_attention_mask"],
-                "outputs": ["logits", *present_all],
-            },
-            "decoder_with_past": {
-                "inputs": ["input_ids", "encoder_attention_mask", *past_names(family, n_layers)],
-                "outputs": ["logits", *present_self],
+                "inputs": [*step, "encoder_attention_mask", *past],
+                "outputs": ["logits", *cache_names(family, n_layers, "present")],
             },
         }
     return {
         "decoder": {
-            "inputs": ["input_ids", "attention_mask"],
-            "outputs": ["logits", *past_names(family, n_layers, "present")],
-        },
-        "decoder_with_past": {
-            "inputs": ["input_ids", "attention_mask", *past_names(family, n_layers)],
-            "outputs": ["logits", *past_names(family, n_layers, "present")],
-        },
+            "inputs": [*step, *cache_names(family, n_layers)],
+            "outputs": ["logits", *cache_names(family, n_layers, "present")],
+        }
     }
 
 
@@ -119,33 +153,233 @@ def sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+ALIGN = 4096  # external-data offsets on page boundaries: onnxruntime can mmap them
+INLINE_BYTES = 1024  # smaller initializers stay inside the graph
+
+
+def write_graphs(folder: Path, variant: str, protos: dict) -> dict[str, str]:
+    """Save a variant's graphs (onnx ModelProtos with inline initializers) into `folder`.
+
+    Initializers of INLINE_BYTES or more go to the variant's one weights file, each distinct
+    content once (the tied embedding and output projection, shared by encoder and decoder,
+    are stored once). Returns {graph: file name}, the weights file under "weights".
+    """
+    import onnx
+    from onnx.external_data_helper import set_external_data
+
+    weights = weights_file(variant)
+    offsets: dict[bytes, tuple[int, int]] = {}
+    files = {}
+    with open(folder / weights, "wb") as data:
+        for graph, proto in protos.items():
+            for t in proto.graph.initializer:
+                raw = t.raw_data
+                if len(raw) < INLINE_BYTES:
+                    continue
+                key = hashlib.sha256(raw).digest()
+                if key not in offsets:
+                    data.seek(-data.tell() % ALIGN, os.SEEK_CUR)
+                    offsets[key] = (data.tell(), len(raw))
+                    data.write(raw)
+                offset, length = offsets[key]
+                set_external_data(t, weights, offset, length)
+                t.ClearField("raw_data")
+            onnx.save_model(proto, folder / graph_file(graph, variant))
+            files[graph] = graph_file(graph, variant)
+    return {**files, "weights": weights}
+
+
 class PackageError(ValueError):
     """A model package that is missing, incomplete, corrupt or of the wrong kind."""
+
+
+def _want(where: str, key: str, value: object, kind: type | tuple, what: str) -> None:
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+    if not ok:
+        raise PackageError(f"{where}: {key} must be {what}, got {value!r}")
+
+
+def _int(where: str, key: str, value: object, low: int, high: int | None = None) -> int:
+    _want(where, key, value, int, "an integer")
+    assert isinstance(value, int)
+    if value < low or (high is not None and value >= high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise PackageError(f"{where}: {key} must be {bound}, got {value}")
+    return value
+
+
+def _obj(where: str, key: str, value: object) -> dict:
+    _want(where, key, value, dict, "a JSON object")
+    assert isinstance(value, dict)
+    return value
+
+
+def _names(where: str, key: str, value: object) -> dict[str, str]:
+    for name, file in _obj(where, key, value).items():
+        _want(where, f"{key}.{name}", file, str, "a string")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int | None = None
+
+
+@dataclass(frozen=True)
+class VariantEntry:
+    files: dict[str, str]  # graph -> file
+    weights: str  # the variant's weights file
+    io_dtype: str = "float32"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class PackageConfig:
+    """config.json, typed and checked: what export writes and the runtime reads."""
+
+    family: str
+    model: dict  # the ModelConfig fields (edgeformer.models.ModelConfig.from_dict reads it)
+    special_tokens: SpecialTokens
+    graphs: dict[str, dict[str, list[str]]]
+    variants: dict[str, VariantEntry]
+    files: dict[str, str]  # file -> sha256
+    task: dict = field(default_factory=dict)  # e.g. {kind, src_lang, tgt_lang}
+    opset: int = 21
+    min_onnxruntime: str = MIN_ONNXRUNTIME
+    format: str = PACKAGE_FORMAT
+    format_version: int = FORMAT_VERSION
+
+    # the model fields the runtime uses, checked by from_json
+    @property
+    def n_layers(self) -> int:
+        return self.model["n_decoder_layers"]
+
+    @property
+    def n_heads(self) -> int:
+        return self.model["n_heads"]
+
+    @property
+    def head_dim(self) -> int:
+        return self.model["d_model"] // self.model["n_heads"]
+
+    @property
+    def max_len(self) -> int:
+        return self.model["max_len"]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model["vocab_size"]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object, where: str = CONFIG_FILE) -> PackageConfig:
+        """Check types, ranges and names; PackageError names the key and what it must be."""
+        data = _obj(where, "the top level", data)
+        if data.get("format") != PACKAGE_FORMAT:
+            raise PackageError(f"{where}: not an edgeformer model package (format)")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise PackageError(
+                f"{where}: format_version {data.get('format_version')!r}; this runtime reads "
+                f"version {FORMAT_VERSION} (re-export the checkpoint with this edgeformer)"
+            )
+        family = data.get("family")
+        if family not in FAMILIES:
+            raise PackageError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
+        model = _obj(where, "model", data.get("model"))
+        for key in ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "max_len"):
+            _int(where, f"model.{key}", model.get(key), 1)
+        if model["d_model"] % model["n_heads"]:
+            raise PackageError(f"{where}: model.d_model is not divisible by model.n_heads")
+        if model.get("family", family) != family:
+            raise PackageError(f"{where}: model.family {model.get('family')!r} != {family!r}")
+        special = _obj(where, "special_tokens", data.get("special_tokens"))
+        vocab = model["vocab_size"]
+        ids = {k: _int(where, f"special_tokens.{k}", special.get(k), 0, vocab)
+               for k in ("pad_id", "bos_id", "eos_id")}  # fmt: skip
+        unk = special.get("unk_id")
+        if unk is not None:
+            _int(where, "special_tokens.unk_id", unk, 0, vocab)
+        graphs = _obj(where, "graphs", data.get("graphs"))
+        want = io_names(family, model["n_decoder_layers"])
+        if graphs != want:
+            raise PackageError(f"{where}: graphs do not match the package contract of a {family}")
+        variants = {}
+        for name, entry in _obj(where, "variants", data.get("variants")).items():
+            key = f"variants.{name}"
+            entry = _obj(where, key, entry)
+            files = _names(where, f"{key}.files", entry.get("files"))
+            if set(files) != set(want):
+                raise PackageError(f"{where}: {key}.files must name the graphs {sorted(want)}")
+            _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
+            variants[name] = VariantEntry(
+                files, entry["weights"], str(entry.get("io_dtype", "float32")),
+                str(entry.get("description", "")),
+            )  # fmt: skip
+        if "fp32" not in variants:
+            raise PackageError(f"{where}: variants has no fp32")
+        version = data.get("min_onnxruntime", MIN_ONNXRUNTIME)
+        _want(where, "min_onnxruntime", version, str, "a version string")
+        return cls(
+            family=family,
+            model=model,
+            special_tokens=SpecialTokens(**ids, unk_id=unk),
+            graphs=graphs,
+            variants=variants,
+            files=_names(where, "files", data.get("files")),
+            task=_obj(where, "task", data.get("task", {})),
+            opset=_int(where, "opset", data.get("opset", 21), 1),
+            min_onnxruntime=version,
+        )
 
 
 @dataclass
 class Package:
     path: Path
-    config: dict
+    config: PackageConfig
 
     @property
     def family(self) -> str:
-        return self.config["family"]
+        return self.config.family
 
     @property
     def variants(self) -> list[str]:
-        return list(self.config["variants"])
+        return list(self.config.variants)
+
+    def variant(self, name: str) -> VariantEntry:
+        if name not in self.config.variants:
+            raise PackageError(
+                f"package {self.path} has no variant {name!r}; it has {self.variants}"
+            )
+        return self.config.variants[name]
 
     def file(self, graph: str, variant: str = "fp32") -> Path:
-        if variant not in self.config["variants"]:
-            raise PackageError(
-                f"package {self.path} has no variant {variant!r}; it has {self.variants}"
-            )
-        return self.path / self.config["variants"][variant]["files"][graph]
+        return self.path / self.variant(variant).files[graph]
+
+
+def _inside(path: Path, name: object) -> Path:
+    """The package file `name`: a plain file name that stays inside the package after symlinks
+    are resolved. The error is the same whether or not an outside target exists."""
+    plain = (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\0")
+    )
+    if not plain or (path / name).resolve().parent != path.resolve():
+        raise PackageError(
+            f"model package {path}: {name!r} is not a file name inside the package "
+            "(paths, '..' and links out of the package are refused)"
+        )
+    return path / name
 
 
 def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
-    """Read and check a package folder: config, every listed file present, checksums."""
+    """Read and check a package folder: typed config, file names, every listed file present,
+    checksums (verify=True). Nothing outside the folder is ever opened."""
     path = Path(path)
     if not path.is_dir():
         raise PackageError(f"model package not found: {path} is not a folder")
@@ -153,19 +387,17 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     if not cfg_path.is_file():
         raise PackageError(f"model package {path} has no {CONFIG_FILE}")
     try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
+        data = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PackageError(f"model package {path}: {CONFIG_FILE} is not valid JSON ({e})") from None
-    if config.get("format") != PACKAGE_FORMAT:
-        raise PackageError(f"{path} is not an edgeformer model package ({CONFIG_FILE} format)")
-    if config.get("format_version") != FORMAT_VERSION:
-        raise PackageError(
-            f"model package {path} has format_version {config.get('format_version')}; "
-            f"this runtime reads version {FORMAT_VERSION}"
-        )
-    if config.get("family") not in FAMILIES:
-        raise PackageError(f"model package {path}: unknown family {config.get('family')!r}")
-    for name, digest in config.get("files", {}).items():
+    config = PackageConfig.from_json(data, f"model package {path}: {CONFIG_FILE}")
+    listed = config.files
+    referenced = [f for v in config.variants.values() for f in (*v.files.values(), v.weights)]
+    for name in [*listed, *referenced, TOKENIZER_FILE]:  # names checked before any file is read
+        _inside(path, name)
+        if name not in listed:
+            raise PackageError(f"model package {path}: {name!r} is not in the checksum list")
+    for name, digest in listed.items():
         f = path / name
         if not f.is_file():
             raise PackageError(f"model package {path} is missing {name}")
@@ -173,6 +405,4 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
             raise PackageError(
                 f"model package {path}: checksum mismatch for {name} (file changed or corrupt)"
             )
-    if TOKENIZER_FILE not in config.get("files", {}):
-        raise PackageError(f"model package {path}: {CONFIG_FILE} lists no {TOKENIZER_FILE}")
     return Package(path, config)

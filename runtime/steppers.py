@@ -1,117 +1,165 @@
-"""The ONNX steppers: run a package's graphs one decoding step at a time (see decoding.Stepper).
+"""The step loop: runs a package's decoder graph one step at a time (see decoding.Stepper).
 
-The KV cache lives between steps as the graphs' own outputs: each step's `present.*` is fed back
-as the next step's `past_key_values.*` without copies. On CPU these are numpy arrays straight
-from `session.run`. On CUDA, IO binding keeps every output but the logits on the device, so only
-the new token ids (and the small masks) go host -> device and the last logits device -> host;
-`select` (finished rows, beam reordering) is the one step that goes through the host.
+The KV cache is one preallocated (N, H, M, D) buffer per layer and kind, bound through IO
+binding as both the graph's `past_key_values.*` input and its `present.*` output:
+GroupQueryAttention writes each new key/value in place, so a step copies no cache. Only the
+new token ids, positions and a small mask go in; only the (N, V) logits come out, into a
+preallocated array. `select` (finished rows dropped, beams reordered) gathers the filled
+prefix of each buffer by row index; the encoder's cross K/V are re-gathered only when the
+batch rows they belong to change (never between beams of the same source).
+
+One loop for every caller: the runtime's Translator / Generator, export's parity check and
+the benchmark all decode through `start_encoder_decoder` / `start_decoder_only`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnxruntime as ort
 
-from .package import io_names
-
-Value = np.ndarray | ort.OrtValue  # a cache tensor: numpy on CPU, an OrtValue on the device
+from .package import PackageConfig, cache_names, cross_names
 
 
+@dataclass
 class Graph:
-    """One graph's session. run(feed) -> outputs in contract order, logits as float32 numpy."""
+    """One graph's session (CPU provider: see api.cpu_only)."""
 
-    def __init__(self, session: ort.InferenceSession, device: str, outputs: list[str]):
-        self.session, self.device, self.outputs = session, device, outputs
-        self.iobinding = device != "cpu"
+    session: ort.InferenceSession
 
-    def run(self, feed: dict[str, Value]) -> list[Value]:
-        if not self.iobinding:
-            out = self.session.run(self.outputs, feed)
+    def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Plain run (the encoder): outputs in the graph's order, on the host."""
+        return self.session.run(None, feed)
+
+
+def _ortvalue(a: np.ndarray) -> ort.OrtValue:
+    """An OrtValue over `a`'s memory (no copy): keep `a` alive while it is bound."""
+    return ort.OrtValue.ortvalue_from_numpy(a)
+
+
+class CachedDecoder:
+    """The decoder graph over preallocated caches; implements decoding.Stepper.
+
+    lengths[i]: tokens in row i's cache. Row i's cache positions 0 .. lengths[i] - 1 are valid.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        family: str,
+        n_layers: int,
+        n_heads: int,
+        head_dim: int,
+        capacity: int,  # M: the longest sequence (prompt + new tokens) this call can reach
+        batch: int,
+        static: dict[str, np.ndarray] | None = None,  # ED: encoder mask and cross K/V
+    ):
+        self.graph = graph
+        self.names = cache_names(family, n_layers)
+        self.shape = (n_heads, capacity, head_dim)
+        self.rows = batch  # rows allocated in the buffers
+        self.buffers = {n: np.zeros((batch, *self.shape), np.float32) for n in self.names}
+        self.n = batch  # rows in use
+        self.lengths = np.zeros(batch, dtype=np.int64)
+        # per original batch row; contiguous and held here: a bound OrtValue does not own memory
+        self.static_full = {k: np.ascontiguousarray(v) for k, v in (static or {}).items()}
+        self.source = np.arange(batch)  # original batch row of each row
+        self.static = dict(self.static_full)
+        self.io = graph.session.io_binding()
+        self._bind_state()
+
+    # -- binding -------------------------------------------------------------------------------
+    def _bind_state(self) -> None:
+        """Bind cache buffers (in place: past = present), static inputs and the logits array."""
+        n, io = self.n, self.io
+        for name in self.names:
+            value = _ortvalue(self.buffers[name][:n])
+            io.bind_ortvalue_input(name, value)
+            io.bind_ortvalue_output(name.replace("past_key_values", "present", 1), value)
+        for name, value in self.static.items():
+            io.bind_ortvalue_input(name, _ortvalue(value))
+        vocab = self.graph.session.get_outputs()[0].shape[-1]
+        self.logits = np.empty((n, vocab), np.float32)
+        io.bind_ortvalue_output("logits", _ortvalue(self.logits))
+
+    def run(self, ids: np.ndarray, positions: np.ndarray, new_lengths: np.ndarray) -> np.ndarray:
+        """ids, positions (N, T) int64; new_lengths (N,) tokens per row after this call.
+
+        Returns the (N, V) logits of each row's last new token; the array is reused by the
+        next call (decoding consumes it before stepping again).
+        """
+        if new_lengths.max() > self.shape[1]:
+            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
+        mask = (np.arange(new_lengths.max())[None, :] < new_lengths[:, None]).astype(np.int64)
+        io = self.io
+        io.bind_cpu_input("input_ids", ids)
+        io.bind_cpu_input("position_ids", positions)
+        io.bind_cpu_input("attention_mask", mask)
+        self.graph.session.run_with_iobinding(io)
+        self.lengths = new_lengths
+        return self.logits
+
+    def prefill(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Right-padded (N, T) ids and 1/0 mask -> logits after each row's last real token."""
+        positions = np.where(mask > 0, np.arange(ids.shape[1])[None, :], 0).astype(np.int64)
+        return self.run(ids, positions, self.lengths + mask.sum(axis=1))
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
+        ids = np.ascontiguousarray(tokens, dtype=np.int64)[:, None]
+        return self.run(ids, self.lengths[:, None].copy(), self.lengths + 1)
+
+    # -- row selection -------------------------------------------------------------------------
+    def select(self, rows: np.ndarray) -> None:
+        """Row i becomes old row rows[i] (drop finished rows, reorder or repeat beams)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        n, filled = len(rows), int(self.lengths[rows].max(initial=0))
+        if n == self.n and np.array_equal(rows, np.arange(n)):
+            return
+        if n > self.rows:  # beams: the batch grows once, to batch x beams
+            grown = {k: np.zeros((n, *self.shape), np.float32) for k in self.names}
+            for k, buf in self.buffers.items():
+                grown[k][:n, :, :filled] = buf[rows, :, :filled]
+            self.buffers, self.rows = grown, n
         else:
-            io = self.session.io_binding()
-            for name, v in feed.items():
-                if isinstance(v, np.ndarray):
-                    io.bind_cpu_input(name, np.ascontiguousarray(v))
-                else:
-                    io.bind_ortvalue_input(name, v)
-            for name in self.outputs:
-                io.bind_output(name, "cpu" if name == "logits" else self.device)
-            self.session.run_with_iobinding(io)
-            out = io.get_outputs()
-            if self.outputs[0] == "logits":
-                out[0] = out[0].numpy()
-        if self.outputs[0] == "logits" and out[0].dtype != np.float32:
-            out[0] = out[0].astype(np.float32)  # fp16 variants
-        return out
-
-    def take(self, v: Value, rows: np.ndarray) -> Value:
-        """Rows `rows` of a batch-first tensor (on the device: through the host)."""
-        if isinstance(v, np.ndarray):
-            return v[rows]
-        return ort.OrtValue.ortvalue_from_numpy(v.numpy()[rows], self.device, 0)
+            for buf in self.buffers.values():
+                buf[:n, :, :filled] = buf[rows, :, :filled]  # fancy index copies first: safe
+        self.lengths, self.n = self.lengths[rows], n
+        source = self.source[rows]
+        if not np.array_equal(source, self.source) and self.static_full:
+            self.static = {k: v[source] for k, v in self.static_full.items()}
+        self.source = source
+        self.io.clear_binding_inputs()
+        self.io.clear_binding_outputs()
+        self._bind_state()
 
 
-def _as_past(names: list[str]) -> list[str]:
-    return [n.replace("present", "past_key_values", 1) for n in names]
+def start_encoder_decoder(
+    graphs: dict[str, Graph], cfg: PackageConfig, src: np.ndarray, src_mask: np.ndarray,
+    max_new: int,
+) -> tuple[CachedDecoder, np.ndarray]:  # fmt: skip
+    """Encode right-padded sources (B, S) and run the BOS step: (stepper, first logits (B, V))."""
+    cross = graphs["encoder"].run({"input_ids": src, "attention_mask": src_mask})
+    static = dict(zip(cross_names(cfg.n_layers), cross))
+    static["encoder_attention_mask"] = src_mask
+    capacity = min(cfg.max_len, max_new + 1)
+    dec = CachedDecoder(
+        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_heads, cfg.head_dim, capacity,
+        len(src), static,
+    )  # fmt: skip
+    bos = np.full((len(src), 1), cfg.special_tokens.bos_id, dtype=np.int64)
+    first = dec.prefill(bos, np.ones_like(bos)).copy()
+    return dec, first
 
 
-class EncoderDecoderStepper:
-    """Runs the encoder and the BOS step on construction; holds the cross K/V and self cache."""
-
-    def __init__(self, graphs: dict[str, Graph], n_layers: int, bos_id: int, src, src_mask):
-        # src, src_mask (B, S) int64, right-padded
-        names = io_names("encoder-decoder", n_layers)
-        self.step_graph = graphs["decoder_with_past"]
-        self.self_names = _as_past(names["decoder_with_past"]["outputs"][1:])
-        (memory,) = graphs["encoder"].run({"input_ids": src, "attention_mask": src_mask})
-        bos = np.full((len(src), 1), bos_id, dtype=np.int64)
-        feed = {
-            "input_ids": bos,
-            "encoder_hidden_states": memory,
-            "encoder_attention_mask": src_mask,
-        }
-        logits, *present = graphs["decoder"].run(feed)
-        self.first_logits = logits[:, -1]  # (B, V)
-        self.mask = src_mask
-        self.cache = dict(zip(_as_past(names["decoder"]["outputs"][1:]), present))
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
-        feed = {"input_ids": tokens[:, None], "encoder_attention_mask": self.mask, **self.cache}
-        logits, *present = self.step_graph.run(feed)
-        self.cache.update(zip(self.self_names, present))
-        return logits[:, -1]
-
-    def select(self, rows: np.ndarray) -> None:
-        take = self.step_graph.take
-        self.mask = self.mask[rows]
-        self.cache = {name: take(v, rows) for name, v in self.cache.items()}
-
-
-class DecoderOnlyStepper:
-    """Runs the prompt prefill on construction; holds the cache and a preallocated mask."""
-
-    def __init__(self, graphs: dict[str, Graph], n_layers: int, ids, mask, max_new_tokens: int):
-        # ids, mask (B, T) int64, left-padded
-        names = io_names("decoder-only", n_layers)
-        self.step_graph = graphs["decoder_with_past"]
-        self.past_names = _as_past(names["decoder_with_past"]["outputs"][1:])
-        logits, *present = graphs["decoder"].run({"input_ids": ids, "attention_mask": mask})
-        self.first_logits = logits[:, -1]  # (B, V)
-        self.cache = dict(zip(self.past_names, present))
-        B, T = ids.shape
-        self.mask = np.ones((B, T + max_new_tokens), dtype=np.int64)  # new tokens are all real
-        self.mask[:, :T] = mask
-        self.length = T
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
-        self.length += 1
-        mask = self.mask[:, : self.length]
-        feed = {"input_ids": tokens[:, None], "attention_mask": mask, **self.cache}
-        logits, *present = self.step_graph.run(feed)
-        self.cache = dict(zip(self.past_names, present))
-        return logits[:, -1]
-
-    def select(self, rows: np.ndarray) -> None:
-        take = self.step_graph.take
-        self.mask = self.mask[rows]
-        self.cache = {name: take(v, rows) for name, v in self.cache.items()}
+def start_decoder_only(
+    graphs: dict[str, Graph], cfg: PackageConfig, ids: np.ndarray, mask: np.ndarray, max_new: int
+) -> tuple[CachedDecoder, np.ndarray]:
+    """Prefill right-padded prompts (B, T): (stepper, logits after each prompt (B, V))."""
+    capacity = min(cfg.max_len, ids.shape[1] + max_new)
+    dec = CachedDecoder(
+        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_heads, cfg.head_dim, capacity,
+        len(ids),
+    )  # fmt: skip
+    first = dec.prefill(ids, mask).copy()
+    return dec, first

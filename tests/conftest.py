@@ -72,3 +72,25 @@ def lm_checkpoint(tmp_path_factory, tokenizer_json):
         positional="learned",
         activation="gelu",
     )
+
+
+VARIANTS = ("fp32", "int8", "int4")
+
+
+def export(checkpoint, tmp_path_factory, name: str, variants=("fp32",)):
+    from edgeformer.export import export_package
+
+    out = tmp_path_factory.mktemp("pkg") / name
+    return export_package(checkpoint, out, variants=variants, verbose=False)
+
+
+@pytest.fixture(scope="session")
+def ed_package(tmp_path_factory, ed_checkpoint):
+    """The encoder-decoder checkpoint exported once per session, with every variant."""
+    return export(ed_checkpoint, tmp_path_factory, "ed", VARIANTS)
+
+
+@pytest.fixture(scope="session")
+def lm_package(tmp_path_factory, lm_checkpoint):
+    """The decoder-only checkpoint exported once per session, with every variant."""
+    return export(lm_checkpoint, tmp_path_factory, "lm", VARIANTS)

@@ -1,16 +1,24 @@
 """`edgeformer bench`: the quick run end to end (ours, and peers when installed), the JSON it
-writes, fp32 agreement, and the report's targets on synthetic results."""
+writes, fp32 agreement, the report's targets on synthetic results, the settings and the module
+structure, and the onnxruntime-genai stack (skipped cleanly when it is not installed)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
 from edgeformer.benchmarks import report
-from edgeformer.benchmarks.stacks import missing_modules, select_stacks
+from edgeformer.benchmarks.cli import add_arguments
+from edgeformer.benchmarks.settings import DEFAULT_OUT, Job, Settings
+from edgeformer.benchmarks.shapes import get_shape
+from edgeformer.benchmarks.stacks import all_stacks, missing_modules, select_stacks
 from edgeformer.runtime.cli import main
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _have(*modules: str) -> bool:
@@ -22,9 +30,9 @@ def test_quick_bench_end_to_end(tmp_path):
     """LM only (the faster export): our runtime fp32 must reproduce our PyTorch model exactly."""
     pytest.importorskip("onnxscript")  # the exporter
     stacks = ["edgeformer-torch", "edgeformer-fp32"]
-    peers = _have("transformers", "ctranslate2") and _have("optimum")
+    peers = _have("transformers", "ctranslate2")
     if peers:
-        stacks += ["hf-torch", "optimum-fp32", "ct2-fp32"]
+        stacks += ["hf-torch", "ct2-fp32"]
     out = tmp_path / "results"
     argv = ["bench", "--quick", "--shapes", "lm", "--stacks", ",".join(stacks)]
     argv += ["--workloads", "W1,W2,sweep", "--sweep-batches", "1,4", "--rounds", "1"]
@@ -35,11 +43,13 @@ def test_quick_bench_end_to_end(tmp_path):
     assert {"meta", "settings", "shapes", "stacks", "workloads", "sweep", "targets"} <= set(res)
     meta = res["meta"]
     assert meta["threads"] == 2 and meta["cpu"] and meta["versions"]["onnxruntime"]
+    assert res["settings"]["quick"] and res["settings"]["selected"] == stacks
     assert res["shapes"]["lm"]["d_model"] == 64
     info = res["stacks"]["lm"]
     for name in stacks:
         assert info[name]["status"] == "ok", info[name]
         assert info[name]["size_mb"] > 0
+        assert info[name]["memory"]["loaded_rss_mb"] > 0  # the stack's own process
     rows = {(r["workload"], r["stack"]): r for r in res["workloads"]}
     for w, batch in (("W1", 1), ("W2", 8)):
         for name in stacks:
@@ -54,21 +64,123 @@ def test_quick_bench_end_to_end(tmp_path):
     t = res["targets"]
     assert {r["workload"] for r in t["speedup_vs_eager"]} == {"W1", "W2"}
     if peers:
-        assert {r["workload"] for r in t["fp32_vs_fastest_peer"]} == {"W1", "W2"}
+        assert {r["workload"] for r in t["fp32_vs_ct2"]} == {"W1", "W2"}
     assert "edgeformer-fp32" in res["profile"]["lm"]["decode_step"]
-    assert (out / "latest.md").read_text().startswith("# edgeformer bench")
+    md = (out / "latest.md").read_text()
+    assert md.startswith("# edgeformer bench") and "| size MB | RSS loaded MB |" in md
     assert (out / "latest.png").stat().st_size > 0
 
 
 def test_stack_selection_and_missing_peers(monkeypatch):
+    from edgeformer.runtime.package import VARIANTS
+
     names = [s.name for s in select_stacks("ours")]
     assert "edgeformer-fp32" in names and "edgeformer-torch" in names
     assert "edgeformer-fp16" not in names  # CPU fp16 only when asked by name
+    # our variants are the runtime's, nothing hard-coded
+    assert {s.variant for s in all_stacks() if s.variant} == set(VARIANTS)
     assert [s.name for s in select_stacks("ct2")] == ["ct2-fp32", "ct2-int8"]
+    assert [s.name for s in select_stacks("genai")] == ["genai-fp32", "genai-int4"]
+    assert {s.ref for s in select_stacks("genai")} == {"hf-torch-llama"}
     with pytest.raises(ValueError, match="unknown stack"):
         select_stacks("tensorrt")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     assert missing_modules(select_stacks("hf-torch")[0]) == ["torch", "transformers"]
+
+
+def test_genai_stack_skipped_with_reason_when_not_installed(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+
+    def find_spec(name, *a, **kw):
+        return None if name.split(".")[0] == "onnxruntime_genai" else real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    out = tmp_path / "results"
+    argv = ["bench", "--quick", "--shapes", "ed,lm", "--stacks", "genai", "--workloads", "W1"]
+    assert main(argv + ["--out", str(out), "--work", str(tmp_path / "w")]) == 0
+    res = json.loads((out / "latest.json").read_text())
+    for name in ("genai-fp32", "genai-int4"):
+        lm, ed = res["stacks"]["lm"][name], res["stacks"]["ed"][name]
+        assert lm["status"] == "skipped" and "not installed: onnxruntime_genai" in lm["reason"]
+        assert ed["status"] == "skipped" and "encoder-decoder" in ed["reason"]
+    assert res["workloads"] == [] and res["targets"]["quantized_vs_genai"] == []
+    md = (out / "latest.md").read_text()
+    assert "skipped genai-int4: not installed: onnxruntime_genai" in md
+    assert "vs genai-int4 (LM W1 and LM W3): not computed" in md
+
+
+@pytest.mark.skipif(not _have("onnxruntime_genai", "transformers"), reason="no onnxruntime-genai")
+def test_genai_quick_lm_builds_and_generates_forced_length(tmp_path):
+    """The quick-shape Llama through the model builder (fp32, int4), run by genai's loop: the
+    forced number of tokens, and fp32 equal to HF PyTorch's greedy run of the same weights."""
+    from edgeformer.benchmarks import measure
+    from edgeformer.benchmarks.stacks import get_stack, inputs_for
+
+    shape = get_shape("lm", quick=True)
+    job = Job("", shape, tmp_path, Settings(quick=True))
+    ref = get_stack("hf-torch-llama")
+    ref.build(job)
+    ids = inputs_for(ref, shape, 2, 16)
+    expected = ref.load(job).generate(ids, 12)
+    for precision in ("fp32", "int4"):
+        s = get_stack(f"genai-{precision}")
+        s.build(job)
+        r = s.load(job)
+        assert {f.suffix for f in r.files} == {".onnx", ".data"}
+        for batch, length, n in ((1, 16, 1), (1, 16, 12), (2, 16, 12)):
+            out = r.generate(inputs_for(s, shape, batch, length), n)
+            assert len(out) == batch and all(len(o) == n for o in out), (precision, batch, n)
+        if precision == "fp32":
+            assert measure.agreement(r.generate(ids, 12), expected) == 1.0
+    assert json.loads((tmp_path / "lm-genai-int4" / "genai_config.json").read_text())
+
+
+def test_settings_defaults_and_job_round_trip(tmp_path):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    s = Settings.from_args(p.parse_args([]))
+    assert s.out == DEFAULT_OUT and not s.out.startswith("benchmarks")  # never the committed one
+    assert (s.rounds, s.warmup, s.memory, s.spinning) == (7, 2, "subprocess", None)
+    q = Settings.from_args(p.parse_args(["--quick", "--spinning", "off", "--workloads", "none"]))
+    assert (q.rounds, q.warmup, q.memory, q.spinning, q.workloads) == (2, 1, "delta", False, ())
+    assert Settings.from_dict(q.to_dict()) == q
+    with pytest.raises(ValueError, match="unknown workload"):
+        Settings(workloads=("W9",))
+    job = Job("ct2-fp32", get_shape("lm", quick=True), tmp_path, q, workloads=((1, 16, 32),))
+    back = Job.from_json(job.to_json())
+    assert back.settings == q and back.to_json() == job.to_json()
+    assert back.shape.cfg.d_model == 64 and back.shape.is_ed is False
+
+
+def _imports(path: Path) -> set[str]:
+    """The benchmarks modules `path` imports anywhere (top level or inside functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1:
+                names |= {node.module} if node.module else {a.name for a in node.names}
+            elif (node.module or "").startswith("edgeformer.benchmarks."):
+                names.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            names |= {a.name.split(".")[2] for a in node.names
+                      if a.name.startswith("edgeformer.benchmarks.")}  # fmt: skip
+    return {n.split(".")[0] for n in names}
+
+
+def test_benchmarks_modules_have_no_import_cycle():
+    graph = {p.stem: _imports(p) for p in BENCHMARKS.glob("*.py") if p.stem != "__init__"}
+    assert not {"worker", "memory"} & set(graph)  # one child-process module: child.py
+    assert "cli" not in set().union(*graph.values())  # nothing imports the command
+
+    def visit(node, path):
+        assert node not in path, " -> ".join([*path, node])
+        for dep in graph.get(node, ()):
+            visit(dep, [*path, node])
+
+    for module in graph:
+        visit(module, [])
 
 
 def _row(shape, w, stack, ms):
@@ -103,38 +215,46 @@ def test_targets_and_markdown_on_synthetic_results():
             "lm": {
                 "edgeformer-fp32": ok("ours", "fp32"),
                 "edgeformer-int4": ok("ours", "int4"),
+                "edgeformer-int8": ok("ours", "int8"),
                 "edgeformer-torch": ok("ours", "fp32"),
                 "ct2-fp32": ok("peers", "fp32"),
                 "hf-torch": ok("peers", "fp32"),
                 "ct2-int8": ok("peers", "int8"),
+                "genai-int4": ok("peers", "int4"),
+                "genai-fp32": ok("peers", "fp32"),
             }
         },  # fmt: skip
         "workloads": [
             _row("lm", "W1", "edgeformer-fp32", 2.0),
             _row("lm", "W1", "edgeformer-int4", 0.8),
+            _row("lm", "W1", "edgeformer-int8", 0.9),
             _row("lm", "W1", "edgeformer-torch", 12.0),
             _row("lm", "W1", "ct2-fp32", 3.0),
-            _row("lm", "W1", "ct2-int8", 1.0),  # not fp32: not a target peer
+            _row("lm", "W1", "ct2-int8", 1.0),  # not the target peer
+            _row("lm", "W1", "genai-fp32", 1.0),  # not the target peer either
             _row("lm", "W1", "hf-torch", 11.0),
+            _row("lm", "W1", "genai-int4", 1.25),
+            _row("lm", "W3", "edgeformer-int8", 1.5),
+            _row("lm", "W3", "genai-int4", 1.25),
         ],
         "sweep": [],
     }
     t = report.targets(res)
-    (fp32,) = t["fp32_vs_fastest_peer"]
-    assert fp32["peer"] == "ct2-fp32" and fp32["ratio"] == pytest.approx(2 / 3)
-    assert fp32["met"] is True
+    (fp32,) = t["fp32_vs_ct2"]
+    assert fp32["peer"] == "ct2-fp32" and fp32["ratio"] == pytest.approx(2 / 3) and fp32["met"]
     eager = {r["eager"]: r["speedup"] for r in t["speedup_vs_eager"]}
     assert eager == {"edgeformer-torch": 6.0, "hf-torch": 5.5}
-    q = t["quantized_vs_genai"]
-    assert q["stack"] == "edgeformer-int4" and q["met"] and "not measured" in q["reference"]
+    w1, w3 = t["quantized_vs_genai"]
+    assert (w1["workload"], w1["stack"], w1["met"]) == ("W1", "edgeformer-int4", True)
+    assert (w3["workload"], w3["stack"], w3["met"]) == ("W3", "edgeformer-int8", False)
+    assert (w1["ratio"], w3["ratio"]) == (pytest.approx(0.64), pytest.approx(1.2))
     res["targets"] = t
     md = report.markdown(res)
-    assert "**0.67**" in md and "**6.0×**" in md and "0.88" in md
-    res["settings"]["quick"] = True  # tiny shapes: no comparison with a full-shape constant
-    assert report.targets(res)["quantized_vs_genai"] is None
+    assert "**0.67**" in md and "**6.0×**" in md and "**0.64**" in md and "**1.20**" in md
+    assert "0.88" not in md  # no constant from the notes any more
     quality_only = {**res, "shapes": {}, "stacks": {}, "workloads": []}  # --workloads none
     assert report.targets(quality_only) == {
-        "fp32_vs_fastest_peer": [],
+        "fp32_vs_ct2": [],
         "speedup_vs_eager": [],
-        "quantized_vs_genai": None,
+        "quantized_vs_genai": [],
     }

@@ -9,16 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-
-
-@pytest.fixture(scope="module")
-def ed_package(ed_checkpoint, tmp_path_factory):
-    from edgeformer.export import export_package
-
-    return export_package(ed_checkpoint, tmp_path_factory.mktemp("pkg") / "ed", verbose=False)
 
 
 def snippet() -> str:
@@ -40,10 +31,7 @@ def test_standalone_greedy_loop_matches_the_runtime(ed_package, tmp_path):
     assert out.stdout.rstrip("\n") == expected
 
 
-def test_format_section_names_every_key_and_io_name(ed_package, lm_checkpoint, tmp_path):
-    from edgeformer.export import export_package
-
-    lm_package = export_package(lm_checkpoint, tmp_path / "lm", verbose=False)
+def test_format_section_names_every_key_and_io_name(ed_package, lm_package):
     fmt = README.split("### Format", 1)[1].split("### Running", 1)[0]
     for pkg in (ed_package, lm_package):
         cfg = json.loads((pkg / "config.json").read_text())

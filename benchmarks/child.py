@@ -1,0 +1,191 @@
+"""The stack's own process: every child process `edgeformer bench` starts is this module.
+
+    python -m edgeformer.benchmarks.child serve JOB    a stack's worker (--isolation process)
+    python -m edgeformer.benchmarks.child memory JOB   load, run each workload once, peak RSS
+
+JOB is a `settings.Job` as JSON. Each child imports only what its stack needs (no torch for our
+runtime), as a deployment of that stack would.
+
+Why a process per stack: engines sharing one process on 2 cores slow each other down; a thread
+pool left spinning or parked by one (onnxruntime's intra-op pool, CTranslate2's and PyTorch's
+OpenMP) changed another's time by up to 5x (benchmarks/README.md). The parent still interleaves
+the rounds, sending one call at a time.
+
+Worker protocol: the child prints one JSON line when loaded ({"files": [...], "encode": bool,
+"start_rss_mb", "loaded_rss_mb", "rss_delta_mb": peak RSS growth while loading}), then answers
+each request line {"op": "generate", "ids": [[...]], "n": N}, {"op": "encode", "ids": ...} with
+{"ms": time of the call measured in the child, "out": token lists or null}, and {"op": "rss"}
+with {"rss_mb", "peak_rss_mb"}. Failures are {"error": "..."}. Only these lines go to the real
+stdout; anything a library prints goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .measure import peak_rss_mb, rss_mb
+from .runners import Runner, env_threads, quiet_libraries
+from .settings import Job
+
+MODULE = "edgeformer.benchmarks.child"
+
+
+def load_in_this_process(job: Job) -> Runner:
+    """The stack a job names, loaded here from the files the parent built."""
+    from . import artifacts
+    from .stacks import get_stack
+
+    artifacts.READ_ONLY = True
+    return get_stack(job.stack).load(job)
+
+
+def serve(job: Job) -> int:
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # stray prints from libraries go to stderr, not into the protocol
+    sys.stdout = sys.stderr
+
+    def reply(obj: dict) -> None:
+        proto.write(json.dumps(obj) + "\n")
+        proto.flush()
+
+    try:
+        quiet_libraries()
+        base = rss_mb()
+        runner = load_in_this_process(job)
+    except Exception as e:
+        reply({"error": f"{type(e).__name__}: {e}"})
+        return 1
+    reply(
+        {
+            "files": [str(f) for f in runner.files],
+            "encode": runner.encode is not None,
+            "start_rss_mb": base,
+            "loaded_rss_mb": rss_mb(),
+            "rss_delta_mb": peak_rss_mb() - base,
+        }
+    )
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            if req["op"] == "rss":
+                reply({"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
+                continue
+            fn = runner.generate if req["op"] == "generate" else runner.encode
+            args = (req["ids"], req["n"]) if req["op"] == "generate" else (req["ids"],)
+            t = time.perf_counter()
+            out = fn(*args)
+            ms = (time.perf_counter() - t) * 1e3
+            reply({"ms": ms, "out": out if req["op"] == "generate" else None})
+        except Exception as e:
+            reply({"error": f"{type(e).__name__}: {e}"})
+    return 0
+
+
+def memory(job: Job) -> int:
+    """Peak RSS of a fresh process that loads the stack and runs each workload once."""
+    from .stacks import get_stack, inputs_for
+
+    quiet_libraries()
+    base = rss_mb()
+    runner = load_in_this_process(job)
+    loaded = rss_mb()
+    stack = get_stack(job.stack)
+    for batch, length, n in job.workloads:
+        runner.generate(inputs_for(stack, job.shape, batch, length), n)
+    out = {"peak_rss_mb": peak_rss_mb(), "start_rss_mb": base, "loaded_rss_mb": loaded}
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+# ---- the parent's side -------------------------------------------------------------------------
+
+
+def _command(mode: str, job: Job) -> list[str]:
+    return [sys.executable, "-m", MODULE, mode, job.to_json()]
+
+
+class Worker:
+    """The parent's handle on a stack's process; `runner()` gives a measure-compatible Runner."""
+
+    def __init__(self, job: Job):
+        self.proc = subprocess.Popen(
+            _command("serve", job), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=env_threads(job.threads),
+        )  # fmt: skip
+        self.hello = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker exited with code {self.proc.wait()}")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise RuntimeError(msg["error"])
+        return msg
+
+    def _send(self, req: dict) -> dict:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def call(self, op: str, ids: list[list[int]], n: int | None = None) -> tuple[float, object]:
+        msg = self._send({"op": op, "ids": ids, "n": n})
+        return msg["ms"], msg["out"]
+
+    def rss(self) -> dict:
+        """The worker's current and peak RSS (MB)."""
+        return self._send({"op": "rss"})
+
+    def memory(self) -> dict:
+        """RSS after loading (this process holds only this stack), growth while loading."""
+        keys = ("start_rss_mb", "loaded_rss_mb", "rss_delta_mb")
+        return {k: self.hello[k] for k in keys if k in self.hello}
+
+    def runner(self) -> Runner:
+        return Runner(
+            generate=lambda ids, n: self.call("generate", ids, n)[1],
+            encode=(lambda ids: self.call("encode", ids)[1]) if self.hello["encode"] else None,
+            files=[Path(f) for f in self.hello["files"]],
+            timed_generate=lambda ids, n: self.call("generate", ids, n),
+            timed_encode=lambda ids: self.call("encode", ids),
+            close=self.close,
+            rss=self.rss,
+        )
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def child_peak_rss(job: Job, timeout: float = 600) -> dict:
+    """Run `memory` in a fresh process; its JSON result, or an error."""
+    try:
+        p = subprocess.run(
+            _command("memory", job), capture_output=True, text=True, timeout=timeout,
+            env=env_threads(job.threads),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"exit {p.returncode}: {tail[0][:200]}"}
+    return json.loads(lines[-1])
+
+
+def main(argv: list[str]) -> int:
+    mode, job = argv[0], Job.from_json(argv[1])
+    return {"serve": serve, "memory": memory}[mode](job)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,303 @@
+"""How each engine is loaded and called: a `Runner` per stack (see `stacks`, the registry).
+
+    generate(ids, n)  token id lists -> n new ids per row (greedy, EOS ignored: forced length)
+    encode(ids)       the encoder alone (ED stacks that expose it), result discarded
+    files             what the stack loads from disk (its model size)
+
+Every loader takes the `Job` (stack, shape, work folder, settings) and uses the files that
+`artifacts` built for it; it imports only its own engine, so that a stack's process holds only
+what a deployment of that stack would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import artifacts
+from .settings import Job
+
+
+@dataclass
+class Runner:
+    generate: Callable[[list[list[int]], int], list[list[int]]]
+    encode: Callable[[list[list[int]]], object] | None = None
+    files: list[Path] = field(default_factory=list)
+    sessions: list = field(default_factory=list)  # onnxruntime sessions, for the profile
+    # a stack in its own process (benchmarks.child) reports the time measured there
+    timed_generate: Callable[[list[list[int]], int], tuple[float, list[list[int]]]] | None = None
+    timed_encode: Callable[[list[list[int]]], tuple[float, object]] | None = None
+    close: Callable[[], None] | None = None
+    rss: Callable[[], dict] | None = None  # the stack's process: {"rss_mb", "peak_rss_mb"}
+
+
+def quiet_libraries() -> None:
+    """Errors only from the engines' loggers, no progress bars, no warnings."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model is built locally
+    for name in ("optimum", "transformers", "onnxruntime", "root"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    except (ImportError, AttributeError):
+        pass
+    warnings.filterwarnings("ignore")
+
+
+def ort_options(threads: int, spinning: bool | None = None, profile_file: str | None = None):
+    """SessionOptions used for every onnxruntime session we create ourselves."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if spinning is not None:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    if profile_file:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_file
+    return so
+
+
+def env_threads(threads: int) -> dict[str, str]:
+    """Environment for child processes: the same thread count for OpenMP-based engines."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads)}
+
+
+# ---- ours --------------------------------------------------------------------------------------
+
+
+def load_our_torch(job: Job) -> Runner:
+    import torch
+
+    from edgeformer.models import complete_ids, translate_ids
+    from edgeformer.models.checkpoint import WEIGHTS, load_checkpoint
+    from edgeformer.models.generation import pad_batch
+    from edgeformer.runtime.decoding import GenerationOptions
+
+    torch.set_num_threads(job.threads)
+    ckpt = artifacts.checkpoint_for(job)
+    model, _ = load_checkpoint(ckpt)
+    fn = translate_ids if job.shape.is_ed else complete_ids
+
+    def generate(ids, n):
+        return fn(model, ids, GenerationOptions(max_new_tokens=n, ignore_eos=True))
+
+    @torch.no_grad()
+    def encode(ids):
+        x, mask = pad_batch(ids, model.cfg.pad_id)
+        return model.encode(x, mask)
+
+    return Runner(generate, encode if job.shape.is_ed else None, [ckpt / WEIGHTS])
+
+
+def variant_files(pkg, variant: str) -> list[Path]:
+    """The files of one package variant: its graphs and their external weights."""
+    entry = pkg.variant(variant)
+    return [pkg.path / n for n in sorted({*entry.files.values(), entry.weights})]
+
+
+def load_our_runtime(job: Job, variant: str, device: str = "cpu") -> Runner:
+    import numpy as np
+    import onnxruntime as ort
+
+    from edgeformer.runtime import Generator, Translator
+    from edgeformer.runtime.decoding import GenerationOptions
+    from edgeformer.runtime.package import load_package
+
+    pkg_path = artifacts.package_for(job)
+    pkg = load_package(pkg_path, verify=False)
+    if variant not in pkg.variants:
+        raise RuntimeError(f"package has no {variant} variant (it has {pkg.variants})")
+    cls = Translator if job.shape.is_ed else Generator
+    rt = cls(
+        pkg_path, variant=variant, provider=device, threads=job.threads,
+        spinning=job.settings.spinning,
+    )  # fmt: skip
+    call = getattr(rt, "translate_ids" if job.shape.is_ed else "generate_ids")
+
+    def generate(ids, n):
+        return call(ids, GenerationOptions(max_new_tokens=n, ignore_eos=True))
+
+    encode = None
+    if job.shape.is_ed:  # a session of our own on the variant's encoder graph
+        providers = ["CPUExecutionProvider"]
+        if device == "cuda":
+            providers.insert(0, "CUDAExecutionProvider")
+        enc = ort.InferenceSession(
+            str(pkg.file("encoder", variant)), ort_options(job.threads), providers=providers
+        )
+        pad = pkg.config.special_tokens.pad_id
+
+        def encode(ids):
+            T = max(map(len, ids))
+            x = np.full((len(ids), T), pad, dtype=np.int64)
+            m = np.zeros((len(ids), T), dtype=np.int64)
+            for i, r in enumerate(ids):
+                x[i, : len(r)], m[i, : len(r)] = r, 1
+            return enc.run(None, {"input_ids": x, "attention_mask": m})
+
+    return Runner(generate, encode, variant_files(pkg, variant))
+
+
+# ---- peers: Hugging Face PyTorch, Optimum, CTranslate2 -----------------------------------------
+
+
+def _hf_generate(model, is_ed: bool, pad_id: int):
+    """HF `generate`, greedy, exactly n new tokens (min_new_tokens = max_new_tokens)."""
+    import torch
+
+    @torch.no_grad()
+    def generate(ids, n):
+        x = torch.tensor(ids, dtype=torch.long)  # workloads have equal-length rows
+        out = model.generate(
+            input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
+            do_sample=False, num_beams=1, use_cache=True, pad_token_id=pad_id,
+        )  # fmt: skip
+        start = 1 if is_ed else x.shape[1]  # ED: drop the decoder start token; LM: the prompt
+        return out[:, start:].tolist()
+
+    return generate
+
+
+def _hf_encode(encoder):
+    import torch
+
+    @torch.no_grad()
+    def encode(ids):
+        x = torch.tensor(ids, dtype=torch.long)
+        return encoder(input_ids=x, attention_mask=torch.ones_like(x))
+
+    return encode
+
+
+def load_hf_torch(job: Job) -> Runner:
+    """MarianMTModel (ED) or GPT2LMHeadModel (LM), eager PyTorch."""
+    import torch
+    from transformers import GPT2LMHeadModel, MarianMTModel
+
+    torch.set_num_threads(job.threads)
+    path = artifacts.hf_model_dir(job.shape, job.work)
+    cls = MarianMTModel if job.shape.is_ed else GPT2LMHeadModel
+    model = cls.from_pretrained(path).eval()
+    pad = model.config.pad_token_id
+    encode = _hf_encode(model.get_encoder()) if job.shape.is_ed else None
+    return Runner(_hf_generate(model, job.shape.is_ed, pad), encode, [path / "model.safetensors"])
+
+
+def load_hf_llama(job: Job) -> Runner:
+    """The Llama that onnxruntime-genai converts, eager PyTorch: the genai stacks' reference."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.set_num_threads(job.threads)
+    path = artifacts.llama_dir(job.shape, job.work)
+    model = LlamaForCausalLM.from_pretrained(path).eval()
+    return Runner(_hf_generate(model, False, model.config.pad_token_id), None,
+                  [path / "model.safetensors"])  # fmt: skip
+
+
+OPTIMUM_SPINNING = False  # onnx-facts: spinning ORT threads fight torch between session.run calls
+
+
+def load_optimum(job: Job, int8: bool) -> Runner:
+    import torch
+    from optimum.onnxruntime import ORTModelForCausalLM, ORTModelForSeq2SeqLM
+    from optimum.utils import logging as optimum_logging
+
+    optimum_logging.set_verbosity_error()  # "no standard file name" warnings for *_quantized
+    torch.set_num_threads(job.threads)
+    path = artifacts.optimum_dir(job.shape, job.work, int8=int8)
+    cls = ORTModelForSeq2SeqLM if job.shape.is_ed else ORTModelForCausalLM
+    spinning = job.settings.spinning
+    so = ort_options(job.threads, OPTIMUM_SPINNING if spinning is None else spinning)
+    model = cls.from_pretrained(path, session_options=so, provider="CPUExecutionProvider")
+    sessions = [
+        getattr(getattr(model, part, None), "session", None)
+        for part in ("encoder", "decoder", "decoder_with_past")
+    ]
+    sessions = [s for s in sessions if s is not None] or [getattr(model, "session", None)]
+    sessions = [s for s in sessions if s is not None]
+    files = sorted({Path(s._model_path) for s in sessions if getattr(s, "_model_path", None)})
+    if not files:
+        files = sorted(path.glob("*.onnx"))
+    files += [
+        f.with_name(f.name + "_data") for f in files if f.with_name(f.name + "_data").exists()
+    ]
+    pad = model.config.pad_token_id
+    encode = _hf_encode(model.encoder) if job.shape.is_ed else None
+    return Runner(_hf_generate(model, job.shape.is_ed, pad), encode, files, sessions)
+
+
+def load_ct2(job: Job, int8: bool) -> Runner:
+    import ctranslate2
+
+    path = artifacts.ct2_dir(job.shape, job.work, int8=int8)
+    vocab = artifacts.hf_vocab(job.shape)
+    index = {t: i for i, t in enumerate(vocab)}
+    kw = dict(device="cpu", compute_type="int8" if int8 else "float32", inter_threads=1)
+    kw["intra_threads"] = job.threads
+    if job.shape.is_ed:
+        tr = ctranslate2.Translator(str(path), **kw)
+
+        def generate(ids, n):
+            res = tr.translate_batch(
+                [[vocab[i] for i in r] for r in ids], beam_size=1, max_decoding_length=n,
+                min_decoding_length=n, max_input_length=0,
+            )  # fmt: skip
+            return [[index[t] for t in r.hypotheses[0]] for r in res]
+
+    else:
+        gen = ctranslate2.Generator(str(path), **kw)
+
+        def generate(ids, n):
+            res = gen.generate_batch(
+                [[vocab[i] for i in r] for r in ids], max_length=n, min_length=n,
+                sampling_topk=1, beam_size=1, include_prompt_in_result=False,
+            )  # fmt: skip
+            return [list(r.sequences_ids[0]) for r in res]
+
+    return Runner(generate, None, [path / "model.bin"])
+
+
+# ---- onnxruntime-genai -------------------------------------------------------------------------
+
+
+def load_genai(job: Job, precision: str) -> Runner:
+    """onnxruntime-genai's C++ generation loop on the model builder's graph (CPU): greedy,
+    min_length = max_length = prompt + n, the intra-op threads set through genai's config.
+    genai's config has no onnxruntime spinning option: its sessions keep onnxruntime's default."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    path = artifacts.genai_dir(job.shape, job.work, precision)
+    config = og.Config(str(path))
+    options = {"intra_op_num_threads": job.threads, "inter_op_num_threads": 1}
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
+    config.clear_providers()  # the CPU
+    model = og.Model(config)
+
+    def generate(ids, n):
+        B, P = len(ids), len(ids[0])  # workloads have equal-length rows
+        params = og.GeneratorParams(model)
+        params.set_search_options(
+            do_sample=False, num_beams=1, batch_size=B, max_length=P + n, min_length=P + n
+        )
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.asarray(ids, dtype=np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        return [np.asarray(gen.get_sequence(i))[P:].tolist() for i in range(B)]
+
+    files = sorted(f for f in path.iterdir() if f.suffix in (".onnx", ".data"))
+    return Runner(generate, None, files)

@@ -1,0 +1,167 @@
+"""What one `edgeformer bench` run does: `Settings`, made once from the command line and carried
+unchanged to every run; and `Job`, one stack on one shape, which is all a stack's own process
+needs (it travels there as JSON and comes back as the same objects).
+
+The defaults resolve here, once: `--quick` picks fewer rounds, smaller sweeps and in-process
+memory deltas unless those were given explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from .shapes import QUICK_SWEEP_BATCHES, SWEEP_BATCHES, WORKLOADS, Shape, Workload
+
+# Results go under the working directory's runs/ (git-ignored in this repository), never into
+# the committed benchmarks/results/ unless that is given with --out.
+DEFAULT_OUT = "runs/bench"
+SPINNING = {"default": None, "on": True, "off": False}
+MEMORY_MODES = ("subprocess", "delta", "off")
+ISOLATION_MODES = ("process", "none")
+
+
+@dataclass(frozen=True)
+class Settings:
+    quick: bool = False
+    shapes: tuple[str, ...] = ("ed", "lm")
+    workloads: tuple[str, ...] = ("W1", "W2", "W3", "sweep")  # () = quality only
+    stacks: str = "all"  # all | ours | peers | names or prefixes, comma-separated
+    threads: int = 2
+    rounds: int = 7
+    warmup: int = 2
+    sweep_batches: tuple[int, ...] = SWEEP_BATCHES
+    out: str = DEFAULT_OUT
+    name: str = "latest"
+    packages: tuple[str, ...] = ()  # trained packages run as "ours" instead of random weights
+    checkpoints: tuple[str, ...] = ()  # their checkpoints, same order (for edgeformer-torch)
+    memory: str = "subprocess"  # subprocess | delta | off
+    spinning: bool | None = None  # onnxruntime intra-op spinning for ours and Optimum
+    isolation: str = "process"  # process | none
+    profile: bool = False
+    work: str | None = None  # keep built models here (else a temporary folder)
+    quality_ed: str | None = None
+    quality_lm: str | None = None
+    quality_checkpoint: str | None = None
+    quality_limit: int | None = None
+
+    def __post_init__(self):
+        for w in self.workloads:
+            if w not in WORKLOADS and w != "sweep":
+                raise ValueError(f"unknown workload {w!r}; expected W1, W2, W3, sweep")
+        for s in self.shapes:
+            if s not in ("ed", "lm"):
+                raise ValueError(f"unknown shape {s!r}; expected ed, lm")
+        if self.threads < 1:
+            raise ValueError("--threads must be >= 1")
+        if self.rounds < 1 or self.warmup < 0:
+            raise ValueError("--rounds must be >= 1 and --warmup >= 0")
+        if self.memory not in MEMORY_MODES:
+            raise ValueError(f"--memory must be one of {', '.join(MEMORY_MODES)}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}")
+
+    @classmethod
+    def from_args(cls, args) -> Settings:
+        """From `edgeformer bench`'s parsed arguments (benchmarks.cli.add_arguments)."""
+        q = args.quick
+        sweep = tuple(int(b) for b in _csv(args.sweep_batches or ""))
+        return cls(
+            quick=q,
+            shapes=tuple(_csv(args.shapes)),
+            workloads=tuple(w for w in _csv(args.workloads) if w.lower() != "none"),
+            stacks=args.stacks,
+            threads=args.threads,
+            rounds=args.rounds or (2 if q else 7),
+            warmup=args.warmup if args.warmup is not None else (1 if q else 2),
+            sweep_batches=sweep or (QUICK_SWEEP_BATCHES if q else SWEEP_BATCHES),
+            out=args.out,
+            name=args.name,
+            packages=tuple(args.package),
+            checkpoints=tuple(args.checkpoint),
+            memory=args.memory or ("delta" if q else "subprocess"),
+            spinning=SPINNING[args.spinning],
+            isolation=args.isolation,
+            profile=args.profile,
+            work=args.work,
+            quality_ed=args.quality_ed,
+            quality_lm=args.quality_lm,
+            quality_checkpoint=args.quality_checkpoint,
+            quality_limit=args.quality_limit,
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Settings:
+        kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if "tuple" in kinds[k] else v for k, v in d.items()})
+
+    def fixed_workloads(self) -> list[Workload]:
+        """The fixed workloads asked for (W1, W2, W3), in order; the sweep is separate."""
+        return [WORKLOADS[w] for w in self.workloads if w in WORKLOADS]
+
+
+class LightConfig(SimpleNamespace):
+    """ModelConfig's fields without importing edgeformer.models (and so torch): what a stack's
+    process gets, so that our runtime's process never imports torch."""
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One stack on one shape, with the run's settings: what the stack's process needs."""
+
+    stack: str
+    shape: Shape
+    work: Path
+    settings: Settings
+    package: Path | None = None  # a trained package given with --package
+    checkpoint: Path | None = None  # its checkpoint, if given
+    variants: tuple[str, ...] = ("fp32",)  # package variants to export (random weights)
+    workloads: tuple[tuple[int, int, int], ...] = field(default=())  # (batch, length, new)
+
+    @property
+    def threads(self) -> int:
+        return self.settings.threads
+
+    def with_stack(self, stack: str) -> Job:
+        return dataclasses.replace(self, stack=stack)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "stack": self.stack,
+                "shape": {"name": self.shape.name, "cfg": self.shape.cfg.to_dict()},
+                "work": str(self.work),
+                "settings": self.settings.to_dict(),
+                "package": str(self.package) if self.package else None,
+                "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+                "variants": list(self.variants),
+                "workloads": [list(w) for w in self.workloads],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        d = json.loads(text)
+        return cls(
+            stack=d["stack"],
+            shape=Shape(d["shape"]["name"], LightConfig(**d["shape"]["cfg"])),
+            work=Path(d["work"]),
+            settings=Settings.from_dict(d["settings"]),
+            package=Path(d["package"]) if d["package"] else None,
+            checkpoint=Path(d["checkpoint"]) if d["checkpoint"] else None,
+            variants=tuple(d["variants"]),
+            workloads=tuple(tuple(w) for w in d["workloads"]),
+        )
+
+
+def _csv(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]

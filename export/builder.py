@@ -1,0 +1,441 @@
+"""Build a package's ONNX graphs from a model's weights, as onnxruntime-genai's builder does.
+
+The graphs are written for decoding on onnxruntime, not traced from PyTorch:
+
+- self-attention is one com.microsoft `GroupQueryAttention` over a packed QKV projection, reading
+  and writing a preallocated (B, H, M, D) cache buffer in place (`past_key_values.*` and
+  `present.*` are the same buffer when the runtime binds them so);
+- cross-attention is one `MultiHeadAttention` over cross K/V that the encoder graph computes
+  once, in (B, H, S, D) layout;
+- every residual + LayerNorm is one `SkipLayerNormalization` that also adds the sublayer's
+  output bias; GELU with its bias is one `BiasGelu`;
+- the decoder returns logits for the last position of each row only, (B, V);
+- linear layers are MatMul (float) or `MatMulNBits` (4/8-bit weights, bias fused); the embedding
+  is a Gather or a `GatherBlockQuantized` that shares its table with a tied output projection.
+
+Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, D head dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..runtime.package import VariantSpec, io_names
+
+OPSET = 21
+MS = "com.microsoft"
+IR_VERSION = 10  # onnxruntime 1.20+ reads it
+
+
+def _f32(t) -> np.ndarray:
+    return t.detach().float().cpu().numpy().astype(np.float32)
+
+
+@dataclass
+class Graph:
+    """A graph under construction; initializers are named arrays shared by every graph."""
+
+    name: str
+    inits: dict[str, np.ndarray]  # shared across the variant's graphs (one weights file)
+    nodes: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    used: dict[str, None] = field(default_factory=dict)  # initializers this graph reads
+    consts: list = field(default_factory=list)  # small inline constants
+    n: int = 0
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, domain: str = "", **attrs):
+        from onnx import helper
+
+        self.n += 1
+        outs = [f"{op_type.lower()}_{self.n}_{i}" for i in range(n_out)]
+        self.nodes.append(
+            helper.make_node(op_type, inputs, outs, f"{op_type}_{self.n}", domain=domain, **attrs)
+        )
+        return outs[0] if n_out == 1 else outs
+
+    def weight(self, name: str, value: np.ndarray) -> str:
+        if name not in self.inits:
+            self.inits[name] = np.ascontiguousarray(value)
+        self.used[name] = None
+        return name
+
+    def const(self, value, dtype=np.int64) -> str:
+        from onnx import numpy_helper
+
+        name = f"const_{len(self.consts)}"
+        self.consts.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def input(self, name: str, elem, shape: list) -> str:
+        from onnx import helper
+
+        self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def output(self, value: str, name: str, elem, shape: list) -> None:
+        from onnx import helper
+
+        self.op_rename(value, name)
+        self.outputs.append(helper.make_tensor_value_info(name, elem, shape))
+
+    def op_rename(self, old: str, new: str) -> None:
+        for node in self.nodes:
+            for i, o in enumerate(node.output):
+                if o == old:
+                    node.output[i] = new
+            for i, x in enumerate(node.input):
+                if x == old:
+                    node.input[i] = new
+
+    def proto(self, opset: int = OPSET):
+        """ModelProto, initializers inline (package.write_graphs moves the large ones out)."""
+        from onnx import helper, numpy_helper
+
+        inits = [numpy_helper.from_array(self.inits[n], n) for n in self.used]
+        g = helper.make_graph(
+            self.nodes, self.name, self.inputs, self.outputs, [*inits, *self.consts]
+        )
+        model = helper.make_model(
+            g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
+        )
+        model.ir_version = IR_VERSION
+        model.producer_name = "edgeformer"
+        return model
+
+
+class Builder:
+    """Emits one model's graphs for one variant; `linear` and `embedding` follow the variant."""
+
+    def __init__(self, model, spec: VariantSpec, inits: dict[str, np.ndarray]):
+        self.model, self.cfg, self.spec, self.inits = model, model.cfg, spec, inits
+        c = self.cfg
+        self.H, self.D, self.C = c.n_heads, c.head_dim, c.d_model
+        self.tied = c.tie_embeddings
+        # sqrt(C) embedding scale folded into the table; a tied head divides it out again
+        self.table = _f32(model.embed.weight) * np.float32(math.sqrt(c.d_model))
+
+    # -- weights -------------------------------------------------------------------------------
+    def _nbits(self, g: Graph, name: str, w_nk: np.ndarray, bits: int) -> tuple[str, str]:
+        """(packed, scales) of a (N, K) weight, blocks along K, symmetric (zero point implied)."""
+        from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
+
+        key = f"{name}.q{bits}"
+        if key not in self.inits:
+            N, K = w_nk.shape
+            bs = self.spec.block_size
+            k_blocks = (K + bs - 1) // bs
+            w_kn = np.ascontiguousarray(np.pad(w_nk.T, ((0, k_blocks * bs - K), (0, 0))))
+            packed = np.zeros((N, k_blocks, bs * bits // 8), dtype=np.uint8)
+            scales = np.zeros((N, k_blocks), dtype=np.float32)
+            zp = np.zeros((N, (k_blocks + 1) // 2), dtype=np.uint8)
+            fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
+            fn(packed, w_kn, scales, zp, bs, N, K, True)
+            self.inits[key], self.inits[f"{key}.scales"] = packed, scales
+        return g.weight(key, self.inits[key]), g.weight(
+            f"{key}.scales", self.inits[f"{key}.scales"]
+        )
+
+    def linear(self, g: Graph, x: str, mod, name: str, add_bias: bool = True, bits=None):
+        """y = x W^T (+ b). Returns (y, bias name or None); the bias is left to the consumer
+        when add_bias is False (SkipLayerNorm, BiasGelu and MultiHeadAttention take one)."""
+        w = _f32(mod.weight)  # (N, K), PyTorch layout
+        bias = None if mod.bias is None else g.weight(f"{name}.bias", _f32(mod.bias))
+        bits = self.spec.bits if bits is None else bits
+        if bits:
+            packed, scales = self._nbits(g, name, w, bits)
+            ins = [x, packed, scales, "", "", bias if (bias and add_bias) else ""]
+            y = g.op(
+                "MatMulNBits", ins, domain=MS, K=w.shape[1], N=w.shape[0], bits=bits,
+                block_size=self.spec.block_size, accuracy_level=self.spec.accuracy_level,
+            )  # fmt: skip
+            return (y, None) if add_bias else (y, bias)
+        y = g.op("MatMul", [x, g.weight(f"{name}.weight_t", w.T)])
+        if bias and add_bias:
+            return g.op("Add", [y, bias]), None
+        return y, bias
+
+    def embedding(self, g: Graph, ids: str) -> str:
+        """Token vectors (B, T, C), already scaled by sqrt(C)."""
+        bits = self.spec.embed_bits
+        if not bits:
+            return g.op("Gather", [g.weight("embed.table", self.table), ids])
+        packed, scales = self._nbits(g, "embed", self.table, bits)
+        data = g.weight(
+            f"embed.q{bits}.rows", self.inits[f"embed.q{bits}"].reshape(len(self.table), -1)
+        )
+        return g.op(
+            "GatherBlockQuantized", [data, ids, scales], domain=MS, gather_axis=0,
+            quantize_axis=1, block_size=self.spec.block_size, bits=bits,
+        )  # fmt: skip
+
+    def head(self, g: Graph, h: str) -> str:
+        """(B, C) -> logits (B, V). A tied head reuses the (scaled) embedding table."""
+        bits = self.spec.head_bits
+        w = self.table if self.tied else _f32(self.model.lm_head.weight)
+        name = "embed" if self.tied else "lm_head"
+        if bits:
+            packed, scales = self._nbits(g, name, w, bits)
+            return g.op(
+                "MatMulNBits", [h, packed, scales], domain=MS, K=w.shape[1], N=w.shape[0],
+                bits=bits, block_size=self.spec.block_size,
+                accuracy_level=self.spec.accuracy_level,
+            )  # fmt: skip
+        table = g.weight("embed.table" if self.tied else "lm_head.weight", w)
+        return g.op("Gemm", [h, table], transB=1)
+
+    # -- blocks --------------------------------------------------------------------------------
+    def norms(self, layers, final) -> list:
+        """The LayerNorms in the order the residual stream meets them (pre-LN adds the final)."""
+        out = []
+        for layer in layers:
+            out.append(layer.res_attn.norm)
+            if getattr(layer, "res_cross", None) is not None:
+                out.append(layer.res_cross.norm)
+            out.append(layer.res_ffn.norm)
+        if self.cfg.norm == "pre":
+            out.append(final)
+        return out
+
+    def norm_params(self, g: Graph, norm, name: str, last: bool) -> tuple[str, str]:
+        gamma, beta = _f32(norm.weight), _f32(norm.bias)
+        if last and self.tied:  # the head multiplies by the sqrt(C)-scaled table: divide it out
+            s = np.float32(1.0 / math.sqrt(self.C))
+            gamma, beta = gamma * s, beta * s
+            name += ".head"
+        return g.weight(f"{name}.weight", gamma), g.weight(f"{name}.bias", beta)
+
+    def residual_stack(self, g: Graph, x: str, pos: str | None, sublayers, norms, names, last):
+        """Run sublayers f_k(h) -> (y, bias) with residuals and LayerNorms; returns the output.
+
+        post-LN: x = LN_k(x + f_k(x) + b);   pre-LN: h = LN_k(x); x = x + f_k(h) + b; ...; LN_final.
+        `pos` (the position vectors, or None) is added to the token vectors x first.
+        """
+        eps = self.cfg.layer_norm_eps
+        K = len(sublayers)
+        if self.cfg.norm == "post":
+            if pos is not None:
+                x = g.op("Add", [x, pos])
+            for k, f in enumerate(sublayers):
+                y, b = f(x)
+                gw, gb = self.norm_params(g, norms[k], names[k], last and k == K - 1)
+                x = g.op("SkipLayerNormalization", [y, x, gw, gb, *([b] if b else [])],
+                         domain=MS, epsilon=eps)  # fmt: skip
+            return x
+        gw, gb = self.norm_params(g, norms[0], names[0], False)
+        if pos is not None:
+            h, _, _, x = g.op("SkipLayerNormalization", [x, pos, gw, gb], 4, MS, epsilon=eps)
+        else:
+            h = g.op("LayerNormalization", [x, gw, gb], axis=-1, epsilon=eps)
+        for k, f in enumerate(sublayers):
+            y, b = f(h)
+            gw, gb = self.norm_params(g, norms[k + 1], names[k + 1], last and k == K - 1)
+            h, _, _, x = g.op("SkipLayerNormalization", [y, x, gw, gb, *([b] if b else [])],
+                              4, MS, epsilon=eps)  # fmt: skip
+        return h
+
+    def positions(self, g: Graph, position_ids: str) -> str | None:
+        if self.cfg.positional == "rotary":
+            return None
+        return g.op("Gather", [g.weight("pos.table", _f32(self.model.pos.table)), position_ids])
+
+    def rotary_caches(self, g: Graph) -> tuple[str, str]:
+        r = self.model.rotary
+        return g.weight("rotary.cos", _f32(r.cos)), g.weight("rotary.sin", _f32(r.sin))
+
+    def rotate(self, g: Graph, tensors, position_ids: str) -> list[str]:
+        """Rotary positions on (B, T, C) tensors ('rotate half' layout)."""
+        cos, sin = self.rotary_caches(g)
+        return [
+            g.op(
+                "RotaryEmbedding",
+                [t, position_ids, cos, sin],
+                domain=MS,
+                num_heads=self.H,
+                interleaved=0,
+            )  # fmt: skip
+            for t in tensors
+        ]
+
+    def self_attention(self, g: Graph, attn, name: str, cache, lengths, position_ids: str):
+        """GQA over the shared cache buffer: (B, T, C) -> (y, out bias); writes present K/V."""
+        seqlens_k, total = lengths
+
+        rotary = self.cfg.positional == "rotary"
+        fused_rotary = rotary and self.D % 16 == 0  # GQA's own rotary needs head_dim % 16 == 0
+
+        def f(h):
+            qkv, _ = self.linear(g, h, attn.qkv, f"{name}.qkv")
+            qkv = [qkv, "", ""]  # packed Q, K, V
+            if rotary and not fused_rotary:
+                q, k, v = g.op("Split", [qkv[0]], 3, axis=-1, num_outputs=3)
+                qkv = [*self.rotate(g, (q, k), position_ids), v]
+            ins = [*qkv, cache[0], cache[1], seqlens_k, total]
+            if fused_rotary:
+                ins += list(self.rotary_caches(g))
+            y, pk, pv = g.op(
+                "GroupQueryAttention", ins, 3, MS, num_heads=self.H, kv_num_heads=self.H,
+                do_rotary=int(fused_rotary), rotary_interleaved=0,
+            )  # fmt: skip
+            self.presents += [pk, pv]
+            return self.linear(g, y, attn.out, f"{name}.out", add_bias=False)
+
+        return f
+
+    def cross_attention(self, g: Graph, cross, name: str, kv: tuple[str, str], mask32: str):
+        def f(h):
+            q, bq = self.linear(g, h, cross.q, f"{name}.q", add_bias=False)
+            ins = [q, kv[0], kv[1]]
+            if bq:  # MultiHeadAttention takes the q, k, v biases as one (3C,) vector
+                bias = np.concatenate([self.inits[bq], np.zeros(2 * self.C, np.float32)])
+                ins.append(g.weight(f"{name}.qkv_bias", bias))
+            else:
+                ins.append("")
+            y = g.op("MultiHeadAttention", [*ins, mask32], domain=MS, num_heads=self.H)
+            return self.linear(g, y, cross.out, f"{name}.out", add_bias=False)
+
+        return f
+
+    def feed_forward(self, g: Graph, ffn, name: str):
+        def f(h):
+            if self.cfg.activation == "gelu":
+                u, b = self.linear(g, h, ffn.up, f"{name}.up", add_bias=False)
+                u = g.op("BiasGelu", [u, b], domain=MS) if b else g.op("Gelu", [u])
+            else:
+                u, _ = self.linear(g, h, ffn.up, f"{name}.up")
+                u = g.op("Relu", [u])
+            return self.linear(g, u, ffn.down, f"{name}.down", add_bias=False)
+
+        return f
+
+    # -- graphs --------------------------------------------------------------------------------
+    def encoder(self) -> Graph:
+        """input_ids, attention_mask (B, S) -> cross K/V of every decoder layer (B, H, S, D)."""
+        from onnx import TensorProto as TP
+
+        m, g = self.model, Graph("encoder", self.inits)
+        ids = g.input("input_ids", TP.INT64, ["batch", "src_len"])
+        mask = g.input("attention_mask", TP.INT64, ["batch", "src_len"])
+        mask32 = g.op("Cast", [mask], to=TP.INT32)
+        x = self.embedding(g, ids)
+        shape = g.op("Shape", [ids])
+        n = g.op("Gather", [shape, g.const(1)], axis=0)
+        position_ids = g.op("Range", [g.const(0), n, g.const(1)])
+        position_ids = g.op("Expand", [g.op("Unsqueeze", [position_ids, g.const([0])]), shape])
+        sublayers = []
+        for i, layer in enumerate(m.encoder):
+            sublayers.append(self._encoder_attention(g, layer.attn, f"enc.{i}.attn", mask32,
+                                                     position_ids))  # fmt: skip
+            sublayers.append(self.feed_forward(g, layer.ffn, f"enc.{i}.ffn"))
+        norms = self.norms(m.encoder, m.enc_norm)
+        names = self._norm_names("enc", m.encoder)
+        pos = self.positions(g, position_ids)
+        memory = self.residual_stack(g, x, pos, sublayers, norms, names, last=False)
+        outs = io_names("encoder-decoder", self.cfg.n_decoder_layers)["encoder"]["outputs"]
+        B, S = "batch", "src_len"
+        for i, layer in enumerate(m.decoder):
+            kv, _ = self.linear(g, memory, layer.cross.kv, f"dec.{i}.cross.kv")
+            k, v = g.op("Split", [kv], 2, axis=-1, num_outputs=2)
+            for t, out in zip((k, v), outs[2 * i : 2 * i + 2]):
+                t = g.op("Reshape", [t, g.const([0, 0, self.H, self.D])])
+                t = g.op("Transpose", [t], perm=[0, 2, 1, 3])
+                g.output(t, out, TP.FLOAT, [B, self.H, S, self.D])
+        return g
+
+    def _norm_names(self, prefix: str, layers) -> list[str]:
+        """Weight names of `norms`, in the same order."""
+        names = []
+        for i, layer in enumerate(layers):
+            names.append(f"{prefix}.{i}.attn_norm")
+            if getattr(layer, "res_cross", None) is not None:
+                names.append(f"{prefix}.{i}.cross_norm")
+            names.append(f"{prefix}.{i}.ffn_norm")
+        if self.cfg.norm == "pre":
+            names.append(f"{prefix}.final_norm")
+        return names
+
+    def _encoder_attention(self, g: Graph, attn, name: str, mask32: str, position_ids: str):
+        """Bidirectional self-attention with a key padding mask (MultiHeadAttention)."""
+        rotary = self.cfg.positional == "rotary"
+
+        def f(h):
+            qkv, b = self.linear(g, h, attn.qkv, f"{name}.qkv", add_bias=rotary)
+            q, k, v = g.op("Split", [qkv], 3, axis=-1, num_outputs=3)
+            if rotary:
+                q, k = self.rotate(g, (q, k), position_ids)
+            y = g.op("MultiHeadAttention", [q, k, v, b or "", mask32], domain=MS, num_heads=self.H)
+            return self.linear(g, y, attn.out, f"{name}.out", add_bias=False)
+
+        return f
+
+    def decoder(self) -> Graph:
+        """One decoding step (or a prefill) over the shared cache; logits of the last position.
+
+        input_ids, position_ids (B, T); attention_mask (B, P + T): 1 for the tokens in the
+        cache after this step, right-padded (row b's tokens are its first L_b positions); the
+        new tokens of row b go to cache positions L_b - T' ... where L_b = sum(mask[b]).
+        """
+        from onnx import TensorProto as TP
+
+        m, cfg = self.model, self.cfg
+        ed = cfg.family == "encoder-decoder"
+        g = Graph("decoder", self.inits)
+        names = io_names(cfg.family, cfg.n_decoder_layers)["decoder"]
+        B, T, M = "batch", "tgt_len", "max_cache_len"
+        ids = g.input("input_ids", TP.INT64, [B, T])
+        position_ids = g.input("position_ids", TP.INT64, [B, T])
+        mask = g.input("attention_mask", TP.INT64, [B, "total_len"])
+        if ed:
+            enc_mask = g.input("encoder_attention_mask", TP.INT64, [B, "src_len"])
+            mask32 = g.op("Cast", [enc_mask], to=TP.INT32)
+        # GQA's lengths: seqlens_k = tokens in the cache after this step - 1; total = max
+        seqlens = g.op("ReduceSum", [mask, g.const([1])], keepdims=0)
+        seqlens_k = g.op("Cast", [g.op("Sub", [seqlens, g.const(1)])], to=TP.INT32)
+        total = g.op("Cast", [g.op("Gather", [g.op("Shape", [mask]), g.const(1)], axis=0)],
+                     to=TP.INT32)  # fmt: skip
+        lengths = (seqlens_k, total)
+        past = [n for n in names["inputs"] if n.startswith("past_key_values")]
+        self.presents: list[str] = []
+        layers = m.decoder if ed else m.layers
+        sublayers = []
+        for i, layer in enumerate(layers):
+            if ed:
+                self_kv = [p for p in past if p.startswith(f"past_key_values.{i}.decoder.")]
+                cross_kv = [p for p in past if p.startswith(f"past_key_values.{i}.encoder.")]
+            else:
+                self_kv, cross_kv = [p for p in past if p.startswith(f"past_key_values.{i}.")], []
+            for p in self_kv:
+                g.input(p, TP.FLOAT, [B, self.H, M, self.D])
+            sublayers.append(
+                self.self_attention(g, layer.attn, f"dec.{i}.attn", self_kv, lengths, position_ids)
+            )
+            if ed:
+                for p in cross_kv:
+                    g.input(p, TP.FLOAT, [B, self.H, "src_len", self.D])
+                sublayers.append(self.cross_attention(g, layer.cross, f"dec.{i}.cross", cross_kv,
+                                                      mask32))  # fmt: skip
+            sublayers.append(self.feed_forward(g, layer.ffn, f"dec.{i}.ffn"))
+        norms = self.norms(layers, m.dec_norm if ed else m.norm)
+        h = self.residual_stack(
+            g, self.embedding(g, ids), self.positions(g, position_ids), sublayers, norms,
+            self._norm_names("dec", layers), last=True,
+        )  # fmt: skip
+        # the last real position of each row: the largest position id (padding has id 0)
+        last = g.op("ArgMax", [position_ids], axis=1, keepdims=1)  # (B, 1)
+        h_last = g.op("GatherND", [h, last], batch_dims=1)  # (B, C)
+        g.output(self.head(g, h_last), "logits", TP.FLOAT, [B, cfg.vocab_size])
+        presents = [n for n in names["outputs"] if n != "logits"]
+        for value, out in zip(self.presents, presents):
+            g.output(value, out, TP.FLOAT, [B, self.H, M, self.D])
+        return g
+
+
+def build_graphs(model, spec: VariantSpec) -> tuple[dict, dict[str, np.ndarray]]:
+    """{graph name: ModelProto} of one variant and the initializers they share."""
+    inits: dict[str, np.ndarray] = {}
+    b = Builder(model, spec, inits)
+    graphs = [b.encoder(), b.decoder()] if model.cfg.family == "encoder-decoder" else [b.decoder()]
+    return {g.name: g for g in graphs}, inits
