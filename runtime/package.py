@@ -65,6 +65,8 @@ class VariantSpec:
     head_bits: int | None = None  # output projection (shares the table when tied)
     block_size: int = 32
     accuracy_level: int = 4  # 0 was slower than fp32 on AVX2 CPUs (README design notes)
+    last_layer_8bit: bool = False  # the last decoder layer's linear layers stay at 8 bits
+    symmetric: bool = True  # False: 4-bit linear layers store a zero point per block
     io_dtype: str = "float32"
 
 
@@ -78,15 +80,17 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
             bits=8,
             embed_bits=8,
             head_bits=8,
-        ),  # fmt: skip
+        ),
         VariantSpec(
             "int4",
-            "MatMulNBits 4-bit layers, 8-bit embedding and output projection, "
-            "block 32, int8 compute",
+            "MatMulNBits 4-bit asymmetric layers; the last decoder layer, the embedding and the "
+            "output projection 8-bit; block 32, int8 compute",
             bits=4,
             embed_bits=8,
             head_bits=8,
-        ),  # fmt: skip
+            last_layer_8bit=True,
+            symmetric=False,
+        ),
     )
 }
 VARIANTS = tuple(VARIANT_SPECS)
