@@ -119,14 +119,11 @@ class Builder:
         self.table = _f32(model.embed.weight) * np.float32(math.sqrt(c.d_model))
 
     # -- weights -------------------------------------------------------------------------------
-    def _nbits(
-        self, g: Graph, name: str, w_nk: np.ndarray, bits: int, symmetric: bool = True
-    ) -> tuple[str, str, str]:
-        """(packed, scales, zero points or "") of a (N, K) weight, blocks along K; symmetric
-        blocks have an implied zero point (8 or 128), asymmetric ones store theirs."""
+    def _nbits(self, g: Graph, name: str, w_nk: np.ndarray, bits: int) -> tuple[str, str]:
+        """(packed, scales) of a (N, K) weight, blocks along K, symmetric (zero point implied)."""
         from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 
-        key = f"{name}.q{bits}" + ("" if symmetric else "a")
+        key = f"{name}.q{bits}"
         if key not in self.inits:
             N, K = w_nk.shape
             bs = self.spec.block_size
@@ -134,33 +131,22 @@ class Builder:
             w_kn = np.ascontiguousarray(np.pad(w_nk.T, ((0, k_blocks * bs - K), (0, 0))))
             packed = np.zeros((N, k_blocks, bs * bits // 8), dtype=np.uint8)
             scales = np.zeros((N, k_blocks), dtype=np.float32)
-            per_byte = 8 // bits
-            zp = np.zeros((N, (k_blocks + per_byte - 1) // per_byte), dtype=np.uint8)
+            zero_points = np.zeros((N, k_blocks), dtype=np.uint8)  # unused when symmetric
             fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
-            fn(packed, w_kn, scales, zp, bs, N, K, symmetric)
+            fn(packed, w_kn, scales, zero_points, bs, N, K, True)
             self.inits[key], self.inits[f"{key}.scales"] = packed, scales
-            if not symmetric:
-                self.inits[f"{key}.zero_points"] = zp
-        zero = "" if symmetric else g.weight(f"{key}.zero_points", self.inits[f"{key}.zero_points"])
-        return (
-            g.weight(key, self.inits[key]),
-            g.weight(f"{key}.scales", self.inits[f"{key}.scales"]),
-            zero,
-        )
+        scales = g.weight(f"{key}.scales", self.inits[f"{key}.scales"])
+        return g.weight(key, self.inits[key]), scales
 
     def linear(self, g: Graph, x: str, mod, name: str, add_bias: bool = True, bits=None):
         """y = x W^T (+ b). Returns (y, bias name or None); the bias is left to the consumer
         when add_bias is False (SkipLayerNorm, BiasGelu and MultiHeadAttention take one)."""
         w = _f32(mod.weight)  # (N, K), PyTorch layout
         bias = None if mod.bias is None else g.weight(f"{name}.bias", _f32(mod.bias))
-        if bits is None:
-            last = f"dec.{self.cfg.n_decoder_layers - 1}."
-            keep = self.spec.bits and self.spec.last_layer_8bit and name.startswith(last)
-            bits = 8 if keep else self.spec.bits
+        bits = self.spec.bits if bits is None else bits
         if bits:
-            symmetric = self.spec.symmetric or bits == 8
-            packed, scales, zero = self._nbits(g, name, w, bits, symmetric)
-            ins = [x, packed, scales, zero, "", bias if (bias and add_bias) else ""]
+            packed, scales = self._nbits(g, name, w, bits)
+            ins = [x, packed, scales, "", "", bias if (bias and add_bias) else ""]
             y = g.op(
                 "MatMulNBits", ins, domain=MS, K=w.shape[1], N=w.shape[0], bits=bits,
                 block_size=self.spec.block_size, accuracy_level=self.spec.accuracy_level,
@@ -176,7 +162,7 @@ class Builder:
         bits = self.spec.embed_bits
         if not bits:
             return g.op("Gather", [g.weight("embed.table", self.table), ids])
-        packed, scales, _ = self._nbits(g, "embed", self.table, bits)
+        packed, scales = self._nbits(g, "embed", self.table, bits)
         data = g.weight(
             f"embed.q{bits}.rows", self.inits[f"embed.q{bits}"].reshape(len(self.table), -1)
         )
@@ -191,7 +177,7 @@ class Builder:
         w = self.table if self.tied else _f32(self.model.lm_head.weight)
         name = "embed" if self.tied else "lm_head"
         if bits:
-            packed, scales, _ = self._nbits(g, name, w, bits)
+            packed, scales = self._nbits(g, name, w, bits)
             return g.op(
                 "MatMulNBits", [h, packed, scales], domain=MS, K=w.shape[1], N=w.shape[0],
                 bits=bits, block_size=self.spec.block_size,

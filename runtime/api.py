@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 
 from .decoding import GenerationOptions, Hypothesis, beam_search, generate, iter_tokens, score
 from .package import TOKENIZER_FILE, Package, PackageError, graph_names, io_names, load_package
-from .session import PROVIDERS, create_session
+from .session import PROVIDERS, SPINNING, create_session
 from .steppers import CachedDecoder, Graph, start_decoder_only, start_encoder_decoder
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
@@ -113,7 +113,8 @@ class Model:
         names = io_names(family, self.n_layers)
         self.graphs: dict[str, Graph] = {}
         for graph in graph_names(family):
-            sess, provider = create_session(pkg.file(graph, variant), provider, threads, spinning)
+            spin = SPINNING[graph] if spinning is None else spinning
+            sess, provider = create_session(pkg.file(graph, variant), provider, threads, spin)
             inputs = [i.name for i in sess.get_inputs()]
             outputs = [o.name for o in sess.get_outputs()]
             want = names[graph]

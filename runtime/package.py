@@ -65,8 +65,6 @@ class VariantSpec:
     head_bits: int | None = None  # output projection (shares the table when tied)
     block_size: int = 32
     accuracy_level: int = 4  # 0 was slower than fp32 on AVX2 CPUs (README design notes)
-    last_layer_8bit: bool = False  # the last decoder layer's linear layers stay at 8 bits
-    symmetric: bool = True  # False: 4-bit linear layers store a zero point per block
     io_dtype: str = "float32"
 
 
@@ -83,13 +81,10 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
         ),
         VariantSpec(
             "int4",
-            "MatMulNBits 4-bit asymmetric layers; the last decoder layer, the embedding and the "
-            "output projection 8-bit; block 32, int8 compute",
+            "MatMulNBits 4-bit weights everywhere, block 32, int8 compute",
             bits=4,
-            embed_bits=8,
-            head_bits=8,
-            last_layer_8bit=True,
-            symmetric=False,
+            embed_bits=4,
+            head_bits=4,
         ),
     )
 }

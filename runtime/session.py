@@ -15,15 +15,15 @@ PROVIDERS = ("auto", "cpu", "cuda")
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 
 
-# Idle intra-op threads do not spin unless asked: a package runs 2-3 sessions, each with its own
-# pool, and between steps numpy works on the main thread. On 2 cores, spinning made greedy decoding
-# 1.6-2.3x slower at batch 1 and up to 1.7x at batch 8 (benchmarks/README.md, 2026-11-22).
-SPINNING = False
+# Which sessions' idle intra-op threads spin by default: the decoder's, called step after step,
+# keeps its threads hot; the encoder's, called once per request, must not spin while the decoder
+# works (on 2 cores, two spinning pools made decoding up to 2.3x slower: README design notes).
+SPINNING = {"decoder": True, "encoder": False}
 
 
 def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOptions:
     """threads: intra-op threads (None: onnxruntime's default, one per physical core).
-    spinning: let idle intra-op threads spin (None: SPINNING, off; onnxruntime's own is on)."""
+    spinning: let idle intra-op threads spin (None: off, unless a caller passes its default)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -32,7 +32,7 @@ def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOp
         if threads < 1:
             raise ValueError(f"threads={threads} must be >= 1")
         so.intra_op_num_threads = threads
-    spin = SPINNING if spinning is None else spinning
+    spin = bool(spinning)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     so.log_severity_level = 3  # errors only (a missing CUDA library is reported by us)
     return so
