@@ -216,12 +216,21 @@ def test_providers(ed_package):
         Translator(ed_package, provider="tpu")
 
 
-def test_spinning_is_off_unless_asked():
+def test_spinning_decoder_only_unless_asked(ed_package):
+    """The decoder's pool spins (called step after step); the encoder's, called once, does
+    not, so that it never competes with the decoder; spinning=True/False sets both."""
     from edgeformer.runtime.session import session_options
 
     key = "session.intra_op.allow_spinning"
     assert session_options(2, None).get_session_config_entry(key) == "0"
     assert session_options(2, True).get_session_config_entry(key) == "1"
+    for spinning, want in ((None, {"encoder": "0", "decoder": "1"}), (False, "0"), (True, "1")):
+        t = Translator(ed_package, threads=1, spinning=spinning)
+        got = {
+            g: graph.session.get_session_options().get_session_config_entry(key)
+            for g, graph in t.model.graphs.items()
+        }
+        assert got == (want if isinstance(want, dict) else {g: want for g in got}), spinning
 
 
 def test_cuda_is_a_clear_error_not_a_fallback(ed_package, lm_package):
