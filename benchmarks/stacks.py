@@ -62,11 +62,7 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
     for v in variants:
         load = partial(runners.load_our_runtime, variant=v, device="cpu")
         stacks.append(Stack(f"edgeformer-{v}", "ours", v, ours, _build_package, load, variant=v))
-    for v in ("fp32", "fp16"):
-        if cuda and v in variants:
-            load = partial(runners.load_our_runtime, variant=v, device="cuda")
-            stacks.append(Stack(f"edgeformer-{v}-cuda", "ours", v, ours, _build_package, load,
-                                device="cuda", variant=v))  # fmt: skip
+    # no -cuda stacks of ours: the runtime decodes on the CPU provider (runtime.api.cpu_only)
 
     def hf(job):
         return artifacts.hf_model_dir(job.shape, job.work)
