@@ -274,7 +274,7 @@ def _targets_md(t: dict) -> list[str]:
     for r in t.get("speedup_vs_eager", []):
         lines.append(
             f"- {r['shape'].upper()} {r['workload']}: speedup vs {r['eager']} (PyTorch eager) "
-            f"{r['eager_ms']:.3f} ÷ {r['ours_ms']:.3f} = **{r['speedup']:.1f}×** "
+            f"{r['eager_ms']:.3f} ÷ {r['ours_ms']:.3f} = **{r['speedup']:.2f}×** "
             f"(target ≥ {r['target']:.0f}×: {_met(r)})"
         )
     if not t.get("speedup_vs_eager"):
