@@ -1,15 +1,25 @@
-"""`edgeformer export CHECKPOINT OUT_DIR [--quantize int8,int4] [--force]`."""
+"""`edgeformer export CHECKPOINT OUT_DIR [--quantize int8,int4] [--force]`.
+
+CHECKPOINT may also be a training run folder (OUT of `edgeformer train`: best/, averaged/,
+log.jsonl): the checkpoint with the lower validation loss in the run's final record is exported.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
+from pathlib import Path
 
 from ..runtime.package import VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> None:
-    parser.add_argument("checkpoint", help="checkpoint folder (written by `edgeformer train`)")
+    parser.add_argument(
+        "checkpoint",
+        help="checkpoint folder, or a training run folder (its best/ or averaged/, lower val loss)",
+    )
     parser.add_argument("out_dir", help="model package folder to create")
     parser.add_argument(
         "--quantize",
@@ -24,10 +34,51 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> N
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
+def final_val_losses(log: Path) -> dict[str, float]:
+    """{"best": loss, "averaged": loss} from the last final record of a run's log.jsonl."""
+    losses: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a killed run
+            continue
+        if isinstance(record, dict) and isinstance(record.get("final"), dict):
+            losses = {
+                name: float(s["val_loss"])
+                for name, s in record["final"].items()
+                if isinstance(s, dict) and isinstance(s.get("val_loss"), int | float)
+            }
+    return {name: v for name, v in losses.items() if math.isfinite(v)}
+
+
+def pick_checkpoint(path: str) -> tuple[str, str | None]:
+    """(checkpoint folder, why): a checkpoint folder as it is (why None); a training run folder
+    -> best/ or averaged/, whichever has the lower val loss in log.jsonl."""
+    run = Path(path)
+    if (run / "config.json").is_file() or not (run / "log.jsonl").is_file():
+        return path, None
+    names = [n for n in ("best", "averaged") if (run / n / "config.json").is_file()]
+    if not names:
+        raise FileNotFoundError(f"training run {run} has no best/ or averaged/ checkpoint")
+    losses = {n: v for n, v in final_val_losses(run / "log.jsonl").items() if n in names}
+    if not losses:
+        pick = names[0]
+        why = "log.jsonl has no final val losses (unfinished run?)"
+    else:
+        pick = min(losses, key=losses.get)  # a tie keeps best/
+        why = "lower val loss: " + ", ".join(f"{n}/ {v:.4f}" for n, v in losses.items())
+        if len(losses) == 1:
+            why = f"the only one with a final val loss: {pick}/ {losses[pick]:.4f}"
+    return str(run / pick), f"training run {run}: exporting {pick}/ ({why})"
+
+
 def run(args: argparse.Namespace) -> int:
     from .exporter import check_variants, export_package
 
     variants = ["fp32", *check_variants(args.quantize)]
+    args.checkpoint, why = pick_checkpoint(args.checkpoint)
+    if why is not None:
+        print(f"edgeformer export: {why}", file=sys.stderr)
     path = export_package(
         args.checkpoint,
         args.out_dir,

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,13 +26,51 @@ CHECKPOINT_FORMAT = "edgeformer-checkpoint"
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 
 
+def current_umask() -> int:
+    """The process umask (os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """chmod `path` (and, for a folder, all inside) to what the umask gives a new file or folder:
+    tempfile makes folders 0700 and files 0600, which another account cannot read."""
+    mask = current_umask()
+    path = Path(path)
+    for p in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        if not p.is_symlink():
+            p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Move the finished folder `tmp` to `path`; an old `path` is moved aside first and removed
+    after, so `path` is always either the old or the new folder, never a mix."""
+    old = None
+    if path.exists():
+        old = tmp.with_name(tmp.name + ".old")
+        path.rename(old)
+    try:
+        tmp.rename(path)
+    except BaseException:
+        if old is not None:
+            old.rename(path)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     model: EncoderDecoder | DecoderOnly,
     tokenizer_json: str | os.PathLike,
     meta: dict | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write model + config + tokenizer to `path` atomically (temp folder, then rename)."""
+    """Write model + config + tokenizer to `path` atomically (temp folder, then rename).
+
+    `extra(folder)` may write more files (the training state) into the folder before it is
+    renamed into place; if it fails, nothing is left and an older `path` is kept intact."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -40,9 +79,10 @@ def save_checkpoint(
         config = {"format": CHECKPOINT_FORMAT, "model": model.cfg.to_dict(), **(meta or {})}
         (tmp / CONFIG).write_text(json.dumps(config, indent=2))
         shutil.copyfile(tokenizer_json, tmp / TOKENIZER)
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
+        if extra is not None:
+            extra(tmp)
+        follow_umask(tmp)
+        replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

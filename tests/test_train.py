@@ -56,7 +56,7 @@ def small(data_dir, out, **kw) -> TrainConfig:
         n_encoder_layers=1, n_decoder_layers=1, d_ff=64, max_len=64, batch_tokens=600,
         epochs=2, warmup=20, lr=3e-3, bleu_sentences=0, samples=3, quiet=True,
     )  # fmt: skip
-    return TrainConfig(**(base | kw))
+    return TrainConfig.from_dict(base | kw)
 
 
 def test_teacher_forcing_shift():
@@ -109,12 +109,12 @@ def test_lr_schedules():
 
 
 def tiny_model(family="encoder-decoder"):
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_dict(dict(
         task="lm" if family == "decoder-only" else "translation",
         tokenizer="char" if family == "decoder-only" else "bpe",
         d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, dropout=0.0,
         max_len=32, block_size=32, label_smoothing=0.0, lr=3e-3, warmup=10,
-    )  # fmt: skip
+    ))  # fmt: skip
     torch.manual_seed(0)
     return build_model(cfg.model_config(vocab_size=50)), cfg
 
@@ -276,7 +276,7 @@ def test_evaluate_translation(data_dir, tmp_path):
 )
 def test_bad_config_gives_clear_error(kw, match):
     with pytest.raises(ValueError, match=match):
-        TrainConfig(**kw)
+        TrainConfig.from_dict(kw)
 
 
 def test_cli_errors_and_presets(capsys, tmp_path):

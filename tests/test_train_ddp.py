@@ -21,11 +21,11 @@ def worker(rank: int, world: int, port: int, root: str) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
     )
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_dict(dict(
         data_dir=f"{root}/data", out=f"{root}/run", vocab_size=200, d_model=32, n_heads=4,
         n_encoder_layers=1, n_decoder_layers=1, d_ff=64, max_len=64, batch_tokens=400,
         epochs=2, warmup=5, bleu_sentences=4, quiet=True,
-    )  # fmt: skip
+    ))  # fmt: skip
     model = train(cfg)
     save_model(model, f"{root}/rank{rank}.safetensors")
 

@@ -9,7 +9,9 @@ import types
 import typing
 from dataclasses import fields
 
-from .config import PRESETS, TrainConfig, preset
+from edgeformer.models import ModelConfig
+
+from .config import DERIVED, PRESETS, TrainConfig, preset
 
 SHORT_HELP = {
     "epochs": "translation epochs",
@@ -24,11 +26,19 @@ SHORT_HELP = {
     "max_sentences": "use only the first N training pairs",
     "quiet": "no progress bars",
     "threads": "torch CPU threads (0: all cores)",
+    "vocab_size": "BPE vocabulary size (the model gets the tokenizer's)",
+    "max_len": "longest source / target (an LM uses --block-size)",
 }
 
 
+def flag_fields() -> list:
+    """The fields that are flags: TrainConfig's (but `model`) and ModelConfig's (but DERIVED)."""
+    train = [f for f in fields(TrainConfig) if f.name != "model"]
+    return train + [f for f in fields(ModelConfig) if f.name not in DERIVED]
+
+
 def _flag_type(f) -> type:
-    hints = typing.get_type_hints(TrainConfig)
+    hints = typing.get_type_hints(TrainConfig) | typing.get_type_hints(ModelConfig)
     t = hints[f.name]
     if isinstance(t, types.UnionType):  # X | None
         t = next(a for a in t.__args__ if a is not type(None))
@@ -44,8 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--evaluate", metavar="CKPT", help="evaluate a checkpoint and exit")
     parser.add_argument("--split", default="test_2016_flickr", help="--evaluate: Multi30k split")
     parser.add_argument("--beams", default="1,5", help="--evaluate: beam sizes, e.g. 1,5")
-    group = parser.add_argument_group("TrainConfig overrides (default: the preset's value)")
-    for f in fields(TrainConfig):
+    group = parser.add_argument_group(
+        "TrainConfig and ModelConfig overrides (default: the preset's value)"
+    )
+    for f in flag_fields():
         t = _flag_type(f)
         name = "--" + f.name.replace("_", "-")
         help_text = SHORT_HELP.get(f.name, f"{f.name} ({t.__name__})")
@@ -59,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The preset (or, resuming without --preset, the run's saved config) + the flags given."""
-    overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
+    overrides = {f.name: getattr(args, f.name) for f in flag_fields()}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if args.resume and args.preset is None:
         from edgeformer.models.checkpoint import read_config
@@ -67,22 +79,23 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         saved = read_config(args.resume).get("train")
         if saved is None:
             raise ValueError(f"{args.resume} has no training config to resume; give --preset")
-        return TrainConfig(**(saved | overrides))
+        return TrainConfig.from_dict(saved | overrides)
     return preset(args.preset or "tiny", **overrides)
 
 
 def list_presets() -> str:
     lines = []
-    for name, c in PRESETS.items():
-        if c.task == "lm":
+    for name, t in PRESETS.items():
+        c = t.model
+        if t.task == "lm":
             what = (
-                f"lm, {c.tokenizer}, {c.n_decoder_layers} layers x {c.d_model}, "
-                f"block {c.block_size}, {c.max_iters} iters"
+                f"lm, {t.tokenizer}, {c.n_decoder_layers} layers x {c.d_model}, "
+                f"block {t.block_size}, {t.max_iters} iters"
             )
         else:
             what = (
-                f"translation {c.direction}, {c.n_encoder_layers}+{c.n_decoder_layers} layers "
-                f"x {c.d_model}, vocab {c.vocab_size}, {c.epochs} epochs"
+                f"translation {t.direction}, {c.n_encoder_layers}+{c.n_decoder_layers} layers "
+                f"x {c.d_model}, vocab {c.vocab_size}, {t.epochs} epochs"
             )
         lines.append(f"{name:<22} {what}")
     return "\n".join(lines)

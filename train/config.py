@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from edgeformer.models import ModelConfig
 
@@ -11,6 +11,16 @@ DIRECTIONS = ("en-de", "de-en")
 SCHEDULES = ("inverse-sqrt", "cosine")
 TOKENIZERS = ("bpe", "char")
 DEVICES = ("cpu", "cuda")
+# ModelConfig fields the training run sets itself: the family from `task`, the special ids from
+# the tokenizer ([PAD]=0, [BOS]=1, [EOS]=2, see train/tokenizer.py); not CLI flags
+DERIVED = ("family", "pad_id", "bos_id", "eos_id")
+SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2}
+MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
+
+
+def default_model(**kw) -> ModelConfig:
+    """A ModelConfig with the training defaults (max_len 128 rather than 256)."""
+    return ModelConfig(**({"max_len": 128} | kw))
 
 
 @dataclass
@@ -20,18 +30,9 @@ class TrainConfig:
     data_dir: str | None = None  # None: the bundled data (edgeformer/train/data)
     max_sentences: int | None = None  # translation: use only the first N training pairs
     tokenizer: str = "bpe"  # "bpe" | "char" (char: LM only)
-    vocab_size: int = 8000  # BPE vocabulary size (joint for both languages)
-    # model (see ModelConfig); max_len is the longest source / target, block_size for an LM
-    d_model: int = 256
-    n_heads: int = 4
-    n_encoder_layers: int = 3
-    n_decoder_layers: int = 3
-    d_ff: int = 1024
-    dropout: float = 0.1
-    activation: str = "relu"
-    norm: str = "post"
-    positional: str = "sinusoidal"
-    max_len: int = 128
+    # the model: vocab_size is the BPE size asked for (the built model gets the tokenizer's),
+    # max_len the longest source / target (an LM uses block_size); family follows `task`
+    model: ModelConfig = field(default_factory=default_model)
     # optimisation: AdamW, warm-up then inverse-sqrt or cosine decay, gradient clipping
     lr: float = 1e-3
     schedule: str = "inverse-sqrt"
@@ -78,7 +79,7 @@ class TrainConfig:
                 bad(f"{name}={getattr(self, name)!r}, expected one of {allowed}")
         if self.task == "translation" and self.tokenizer != "bpe":
             bad("translation needs tokenizer='bpe'")
-        positive = ["vocab_size", "epochs", "batch_tokens", "max_iters", "eval_interval"]
+        positive = ["epochs", "batch_tokens", "max_iters", "eval_interval"]
         positive += ["eval_iters", "block_size", "batch_size", "warmup", "average_last"]
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
@@ -91,9 +92,17 @@ class TrainConfig:
             bad(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
         if min(self.clip, self.weight_decay, self.bleu_sentences, self.threads) < 0:
             bad("clip, weight_decay, bleu_sentences and threads must be >= 0")
-        if self.task == "translation" and self.batch_tokens < self.max_len:
-            bad(f"batch_tokens={self.batch_tokens} is smaller than max_len={self.max_len}")
-        self.model_config(vocab_size=max(self.vocab_size, 4))  # model fields are checked there
+        if not isinstance(self.model, ModelConfig):
+            bad(f"model must be a ModelConfig, got {type(self.model).__name__}")
+        ids = {k: getattr(self.model, k) for k in SPECIAL_IDS}
+        if ids != SPECIAL_IDS:
+            bad(f"model special ids {ids} differ from the tokenizer's {SPECIAL_IDS}")
+        lm = self.task == "lm"
+        family = "decoder-only" if lm else "encoder-decoder"
+        max_len = self.block_size if lm else self.model.max_len
+        self.model = replace(self.model, family=family, max_len=max_len)  # re-validated
+        if not lm and self.batch_tokens < self.model.max_len:
+            bad(f"batch_tokens={self.batch_tokens} is smaller than max_len={self.model.max_len}")
 
     @property
     def src_lang(self) -> str:
@@ -104,43 +113,50 @@ class TrainConfig:
         return self.direction.split("-")[1]
 
     def model_config(self, vocab_size: int) -> ModelConfig:
-        lm = self.task == "lm"
-        return ModelConfig(
-            family="decoder-only" if lm else "encoder-decoder",
-            vocab_size=vocab_size,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            n_encoder_layers=self.n_encoder_layers,
-            n_decoder_layers=self.n_decoder_layers,
-            d_ff=self.d_ff,
-            dropout=self.dropout,
-            activation=self.activation,
-            norm=self.norm,
-            positional=self.positional,
-            max_len=self.block_size if lm else self.max_len,
-        )
+        """The model to build: `self.model` with the tokenizer's vocabulary size."""
+        return replace(self.model, vocab_size=vocab_size)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self)  # {"task": ..., "model": {ModelConfig}, ...}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        """From to_dict() output; ModelConfig fields may also be given flat (`d_model=...`, as
+        CLI overrides and configs saved before the model was nested), they override `model`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known - set(MODEL_FIELDS))
+        if unknown:
+            raise ValueError(f"invalid TrainConfig: unknown fields {unknown}")
+        base = d.get("model", {})
+        if isinstance(base, ModelConfig):
+            base = base.to_dict()
+        if not isinstance(base, dict):
+            raise ValueError(f"invalid TrainConfig: model must be a dict, got {base!r}")
+        flat = {k: v for k, v in d.items() if k in MODEL_FIELDS and k not in known}
+        top = {k: v for k, v in d.items() if k in known and k != "model"}
+        return cls(**top, model=default_model(**(base | flat)))
 
 
-def _lm(**kw) -> TrainConfig:
+def _lm(model: dict, **kw) -> TrainConfig:
     """nanoGPT shakespeare-char defaults: pre-LN GPT, learned positions, GELU, char tokens."""
-    base = dict(task="lm", tokenizer="char", activation="gelu", norm="pre", positional="learned")
-    base |= dict(schedule="cosine", warmup=100, beta2=0.99, weight_decay=0.1, label_smoothing=0.0)
-    return TrainConfig(**(base | kw))
+    arch = dict(activation="gelu", norm="pre", positional="learned")
+    base = dict(task="lm", tokenizer="char", schedule="cosine", warmup=100, beta2=0.99)
+    base |= dict(weight_decay=0.1, label_smoothing=0.0)
+    return TrainConfig(model=default_model(**(arch | model)), **(base | kw))
 
 
 PRESETS: dict[str, TrainConfig] = {
     # demo / CI: a small model on a third of Multi30k en->de, ~1-2 minutes on 2 CPU cores
     "tiny": TrainConfig(
-        vocab_size=2000,
-        d_model=128,
-        n_heads=4,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        d_ff=256,
-        dropout=0.1,
+        model=default_model(
+            vocab_size=2000,
+            d_model=128,
+            n_heads=4,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            d_ff=256,
+            dropout=0.1,
+        ),
         max_sentences=8000,
         epochs=3,
         batch_tokens=2000,
@@ -153,50 +169,58 @@ PRESETS: dict[str, TrainConfig] = {
     ),
     # full recipes (GPU): base-like model, beam 5 target >= 40 lowercased BLEU on test_2016_flickr
     "multi30k-en-de": TrainConfig(
+        model=default_model(
+            vocab_size=8000,
+            dropout=0.3,
+        ),
         direction="en-de",
-        vocab_size=8000,
         epochs=40,
         batch_tokens=4096,  # ~140 steps an epoch
         lr=1e-3,
         warmup=1000,
-        dropout=0.3,
         bleu_sentences=1014,
     ),
     "multi30k-de-en": TrainConfig(
+        model=default_model(
+            vocab_size=8000,
+            dropout=0.3,
+        ),
         direction="de-en",
-        vocab_size=8000,
         epochs=40,
         batch_tokens=4096,  # ~140 steps an epoch
         lr=1e-3,
         warmup=1000,
-        dropout=0.3,
         bleu_sentences=1014,
     ),
     # CPU recipe: 25 minutes on 2 cores (a 2.2M-parameter model at ~6.2k tokens/s); test BLEU 31 /
     # 33.6 (greedy / beam 5), val BLEU 32 (README, measured 2026-11-22)
     "multi30k-en-de-cpu": TrainConfig(
+        model=default_model(
+            vocab_size=6000,
+            d_model=128,
+            n_heads=4,
+            n_encoder_layers=3,
+            n_decoder_layers=3,
+            d_ff=512,
+            dropout=0.1,
+        ),
         direction="en-de",
-        vocab_size=6000,
-        d_model=128,
-        n_heads=4,
-        n_encoder_layers=3,
-        n_decoder_layers=3,
-        d_ff=512,
         epochs=10,  # ~2.5 min an epoch on 2 cores
         batch_tokens=3000,
         lr=2e-3,
         warmup=400,
-        dropout=0.1,
         bleu_sentences=200,
         average_last=3,
         threads=2,
     ),
     "shakespeare-char": _lm(
-        d_model=384,
-        n_heads=6,
-        n_decoder_layers=6,
-        d_ff=1536,
-        dropout=0.2,
+        model=dict(
+            d_model=384,
+            n_heads=6,
+            n_decoder_layers=6,
+            d_ff=1536,
+            dropout=0.2,
+        ),
         block_size=256,
         batch_size=64,
         max_iters=5000,
@@ -207,11 +231,13 @@ PRESETS: dict[str, TrainConfig] = {
     ),
     # nanoGPT's CPU model (4 x 128, block 64, batch 12) at lr 2e-3 for 2500 iters: val 1.76, ~4 min
     "shakespeare-char-cpu": _lm(
-        d_model=128,
-        n_heads=4,
-        n_decoder_layers=4,
-        d_ff=512,
-        dropout=0.0,
+        model=dict(
+            d_model=128,
+            n_heads=4,
+            n_decoder_layers=4,
+            d_ff=512,
+            dropout=0.0,
+        ),
         block_size=64,
         batch_size=12,
         max_iters=2500,
@@ -225,11 +251,7 @@ PRESETS: dict[str, TrainConfig] = {
 
 
 def preset(name: str, **overrides) -> TrainConfig:
-    """A preset with some fields replaced (re-validated)."""
+    """A preset with some fields replaced (re-validated); model fields may be given flat."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}, expected one of {sorted(PRESETS)}")
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ValueError(f"invalid TrainConfig: unknown fields {unknown}")
-    return replace(PRESETS[name], **overrides)
+    return TrainConfig.from_dict(PRESETS[name].to_dict() | overrides)

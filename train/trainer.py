@@ -19,6 +19,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from contextlib import nullcontext
@@ -51,6 +52,8 @@ from .tokenizer import (
 )
 
 STATE_TENSORS, STATE_JSON = "train_state.safetensors", "train_state.json"
+LOCK = ".lock"  # OUT/.lock: the PID of the training writing into OUT
+CHECKPOINTS = ("best", "last", "averaged")
 
 # ----------------------------------------------------------------------------- batches and loss
 
@@ -200,6 +203,7 @@ class Run:
     world: int = 1
     t0: float = field(default_factory=time.time)
     history: list[dict] = field(default_factory=list)
+    lock: Path | None = None  # OUT/.lock, held by rank 0
 
     @property
     def main(self) -> bool:
@@ -243,14 +247,98 @@ def setup(cfg: TrainConfig) -> Run:
         torch.set_num_threads(cfg.threads)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo")
-    out = Path(cfg.out)
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        if cfg.resume is None:  # a fresh run: nothing of an older run in OUT is kept
-            (out / "log.jsonl").unlink(missing_ok=True)
-            for old in (out / "epochs").glob("epoch_*.safetensors"):
-                old.unlink()
-    return Run(cfg, out, device, rank, world)
+    run = Run(cfg, Path(cfg.out), device, rank, world)
+    if run.main:
+        run.out.mkdir(parents=True, exist_ok=True)
+        run.lock = acquire_lock(run.out)
+        try:
+            clean_out(run)
+        except BaseException:
+            release_lock(run.lock)
+            raise
+    return run
+
+
+def clean_out(run: Run) -> None:
+    """Remove what a killed save left (.last.XXXX temp folders); for a fresh run, also the log
+    and the epoch weights of an older run in OUT."""
+    for name in CHECKPOINTS:
+        for tmp in run.out.glob(f".{name}.*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+    for tmp in (run.out / "epochs").glob(".epoch_*.tmp"):
+        tmp.unlink()
+    if run.cfg.resume is None:  # a fresh run: nothing of an older run in OUT is kept
+        (run.out / "log.jsonl").unlink(missing_ok=True)
+        for old in (run.out / "epochs").glob("epoch_*.safetensors"):
+            old.unlink()
+
+
+# ----------------------------------------------------------------------------- OUT/.lock
+
+
+class OutputLocked(FileExistsError):
+    """OUT is being written by another live training (OUT/.lock holds its PID)."""
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (signal 0 checks without sending anything)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def lock_owner(lock: Path) -> int | None:
+    """The PID in a lock file; None if it is gone, empty or not a number."""
+    try:
+        return int(lock.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def acquire_lock(out: Path) -> Path:
+    """Create OUT/.lock (O_EXCL) holding our PID, so that two trainings never share OUT.
+
+    A lock whose PID is not running (a killed run) is stale: it is taken over with a notice.
+    A live one is a clear error naming the folder and the PID."""
+    lock = out / LOCK
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            pid = lock_owner(lock)
+            try:
+                age = time.time() - lock.stat().st_mtime
+            except FileNotFoundError:  # released meanwhile
+                continue
+            if pid is None and age < 5:
+                time.sleep(0.5)  # just created, its PID not yet written
+                continue
+            if pid is not None and pid != os.getpid() and pid_alive(pid):
+                raise OutputLocked(
+                    f"output folder {out} is in use by another training (PID {pid}, see "
+                    f"{lock}); wait for it to end or give another --out"
+                ) from None
+            why = f"PID {pid} is not running" if pid != os.getpid() else f"PID {pid} is us"
+            why = why if pid is not None else "it holds no PID"
+            print(f"taking over the stale lock {lock} ({why})", flush=True)
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        return lock
+    raise OutputLocked(f"cannot lock output folder {out}: {lock} keeps coming back")
+
+
+def release_lock(lock: Path | None) -> None:
+    """Remove our lock (only if it still holds our PID)."""
+    if lock is not None and lock_owner(lock) == os.getpid():
+        lock.unlink(missing_ok=True)
 
 
 def prepare_tokenizer(run: Run, texts: list[str]):
@@ -262,7 +350,7 @@ def prepare_tokenizer(run: Run, texts: list[str]):
         if cfg.tokenizer == "char":
             train_char("".join(texts), path)
         else:
-            train_bpe(texts, cfg.vocab_size, path)
+            train_bpe(texts, cfg.model.vocab_size, path)
     run.barrier()
     return load_tokenizer(path), path
 
@@ -292,13 +380,17 @@ def save_epoch(run: Run, model: nn.Module, tok_path: Path, meta: dict, optimizer
     """OUT/last (+ train state), OUT/best when val loss improved, OUT/epochs/epoch_NNN."""
     if not run.main:
         return
-    last = save_checkpoint(run.out / "last", model, tok_path, meta)
-    save_train_state(last, optimizer, {**state, "history": run.history})
+    train_state = {**state, "history": run.history}
+    write_state = lambda folder: save_train_state(folder, optimizer, train_state)  # noqa: E731
+    save_checkpoint(run.out / "last", model, tok_path, meta, extra=write_state)
     if state["best"] == run.history[-1]["val_loss"]:
         save_checkpoint(run.out / "best", model, tok_path, meta)
     epochs = run.out / "epochs"
     epochs.mkdir(exist_ok=True)
-    save_model(model, str(epochs / f"epoch_{state['epoch']:03d}.safetensors"))
+    path = epochs / f"epoch_{state['epoch']:03d}.safetensors"
+    tmp = epochs / f".{path.name}.tmp"
+    save_model(model, str(tmp))
+    os.replace(tmp, path)  # never a half-written epoch file to average
     for old in sorted(epochs.glob("epoch_*.safetensors"))[: -run.cfg.average_last]:
         old.unlink()
 
@@ -365,6 +457,7 @@ def train(cfg: TrainConfig) -> nn.Module:
     try:
         return train_lm(run) if cfg.task == "lm" else train_translation(run)
     finally:
+        release_lock(run.lock)
         if run.world > 1 and dist.is_initialized():
             dist.destroy_process_group()
 

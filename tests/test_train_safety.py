@@ -1,0 +1,258 @@
+"""Issue 14, training side: OUT/.lock, atomic checkpoints + train state, umask permissions,
+TrainConfig holding a ModelConfig, `edgeformer export RUN_DIR` picking the better checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+
+from edgeformer.models import ModelConfig, build_model
+from edgeformer.models.checkpoint import save_checkpoint
+from edgeformer.runtime.cli import main
+from edgeformer.train import trainer
+from edgeformer.train.config import TrainConfig, preset
+from edgeformer.train.data import load_multi30k
+from edgeformer.train.trainer import (
+    LOCK,
+    OutputLocked,
+    Run,
+    acquire_lock,
+    make_optimizer,
+    release_lock,
+    save_epoch,
+    save_train_state,
+    train,
+)
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    (root / "multi30k").mkdir()
+    for split, n in (("train", 120), ("val", 10)):
+        src, tgt = load_multi30k(split, "en", "de", max_sentences=n)
+        (root / f"multi30k/{split}.en").write_text("\n".join(src) + "\n")
+        (root / f"multi30k/{split}.de").write_text("\n".join(tgt) + "\n")
+    return root
+
+
+def small(data_dir, out, **kw) -> TrainConfig:
+    base = dict(
+        data_dir=str(data_dir), out=str(out), vocab_size=200, d_model=16, n_heads=2,
+        n_encoder_layers=1, n_decoder_layers=1, d_ff=32, max_len=64, batch_tokens=600,
+        epochs=1, warmup=5, bleu_sentences=0, samples=1, quiet=True, threads=1,
+    )  # fmt: skip
+    return TrainConfig.from_dict(base | kw)
+
+
+def tiny_model(tokenizer_json, seed: int = 0, **kw):
+    torch.manual_seed(seed)
+    vocab = Tokenizer.from_file(str(tokenizer_json)).get_vocab_size()
+    cfg = ModelConfig(vocab_size=vocab, d_model=16, n_heads=2, n_encoder_layers=1, **kw)
+    return build_model(ModelConfig(**(cfg.to_dict() | dict(n_decoder_layers=1, d_ff=32))))
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+# ----------------------------------------------------------------------------- OUT/.lock
+
+
+def test_live_lock_is_refused_before_anything_is_touched(tmp_path):
+    owner = os.getppid()  # alive, and not us
+    (tmp_path / LOCK).write_text(f"{owner}\n")
+    (tmp_path / "log.jsonl").write_text('{"epoch": 1}\n')  # a fresh run would delete it
+    with pytest.raises(OutputLocked, match=rf"{tmp_path}.*in use.*PID {owner}"):
+        train(small(tmp_path / "no-data", tmp_path))
+    assert (tmp_path / LOCK).read_text() == f"{owner}\n"
+    assert (tmp_path / "log.jsonl").read_text() == '{"epoch": 1}\n'
+
+
+def test_live_lock_via_cli_is_one_clear_error(tmp_path, capsys):
+    (tmp_path / LOCK).write_text(f"{os.getppid()}\n")
+    assert main(["train", "--out", str(tmp_path), "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"output folder {tmp_path} is in use" in err and "Traceback" not in err
+
+
+def test_stale_lock_is_taken_over_with_a_notice(tmp_path, capsys):
+    pid = dead_pid()
+    (tmp_path / LOCK).write_text(f"{pid}\n")
+    lock = acquire_lock(tmp_path)
+    assert lock.read_text() == f"{os.getpid()}\n"
+    notice = f"taking over the stale lock {lock} (PID {pid} is not running)"
+    assert notice in capsys.readouterr().out
+    with pytest.raises(OutputLocked):  # held by a live process now (a 2nd process would fail)
+        lock.write_text(f"{os.getppid()}\n")
+        acquire_lock(tmp_path)
+    lock.write_text(f"{os.getpid()}\n")
+    release_lock(lock)
+    assert not lock.exists()
+
+
+def test_lock_is_released_when_training_fails(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data folder not found"):
+        train(small(tmp_path / "no-data", tmp_path / "out"))
+    assert not (tmp_path / "out" / LOCK).exists()
+
+
+def test_run_over_a_stale_lock_trains_and_unlocks(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK).write_text(f"{dead_pid()}\n")
+    (out / ".last.killed").mkdir()  # what a killed save leaves behind
+    cfg = small(data_dir, out, tie_embeddings=False, layer_norm_eps=1e-6)
+    train(cfg)
+    assert "taking over the stale lock" in capsys.readouterr().out
+    assert not (out / LOCK).exists() and not (out / ".last.killed").exists()
+    saved = json.loads((out / "best/config.json").read_text())
+    assert saved["model"]["tie_embeddings"] is False and saved["model"]["layer_norm_eps"] == 1e-6
+    assert TrainConfig.from_dict(saved["train"]) == cfg  # the saved run config round-trips
+
+
+# --------------------------------------------------------------- atomic writes, permissions
+
+
+def test_failed_train_state_write_leaves_the_previous_checkpoint(tmp_path, tokenizer_json):
+    model = tiny_model(tokenizer_json)
+    cfg = TrainConfig(out=str(tmp_path))
+    opt = make_optimizer(model, cfg)
+    sum(p.square().sum() for p in model.parameters()).backward()
+    opt.step()  # optimizer state to save
+    run = Run(cfg, tmp_path, torch.device("cpu"))
+    run.history = [{"val_loss": 3.0}]
+    save_epoch(run, model, tokenizer_json, {}, opt, {"epoch": 1, "step": 5, "best": 3.0})
+    before = load_file(str(tmp_path / "last/model.safetensors"))
+
+    def broken_save_file(tensors, path):  # the disk fills up half-way through
+        with open(path, "wb") as f:
+            f.write(b"\x00" * 10)
+        raise OSError("No space left on device")
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    run.history.append({"val_loss": 2.0})
+    saved = trainer.save_file
+    trainer.save_file = broken_save_file
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            save_epoch(run, model, tokenizer_json, {}, opt, {"epoch": 2, "step": 9, "best": 2.0})
+    finally:
+        trainer.save_file = saved
+    state = json.loads((tmp_path / "last/train_state.json").read_text())
+    assert state["epoch"] == 1 and state["step"] == 5
+    after = load_file(str(tmp_path / "last/model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert len(load_file(str(tmp_path / "last/train_state.safetensors"))) > 0  # not cut short
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "epochs", "last"]
+
+
+def test_checkpoint_files_follow_the_umask(tmp_path, tokenizer_json, umask_022):
+    model = tiny_model(tokenizer_json)
+    opt = make_optimizer(model, TrainConfig())
+    path = save_checkpoint(
+        tmp_path / "ck",
+        model,
+        tokenizer_json,
+        extra=lambda p: save_train_state(p, opt, {"step": 0}),
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    names = {p.name: stat.S_IMODE(p.stat().st_mode) for p in path.iterdir()}
+    assert set(names) >= {"model.safetensors", "config.json", "tokenizer.json", "train_state.json"}
+    assert set(names.values()) == {0o644}, names
+
+
+# ----------------------------------------------------------------------------- TrainConfig
+
+
+def test_train_config_holds_the_model_config():
+    cfg = preset("tiny", tie_embeddings=False, layer_norm_eps=1e-6, d_model=64, max_len=96)
+    assert isinstance(cfg.model, ModelConfig)
+    assert not {"d_model", "n_heads", "dropout", "max_len"} & set(cfg.__dataclass_fields__)
+    model = build_model(cfg.model_config(vocab_size=100))
+    assert model.cfg.tie_embeddings is False and model.cfg.d_model == 64
+    assert model.cfg.vocab_size == 100 and model.cfg.max_len == 96
+    eps = {m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)}
+    assert eps == {1e-6}
+    lm = preset("shakespeare-char-cpu", block_size=32)
+    assert lm.model.family == "decoder-only" and lm.model.max_len == 32
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    flat = {k: v for k, v in cfg.to_dict().items() if k != "model"} | cfg.model.to_dict()
+    assert TrainConfig.from_dict(flat) == cfg  # a config saved before the model was nested
+    with pytest.raises(ValueError, match="unknown fields"):
+        TrainConfig.from_dict({"d_modle": 64})
+
+
+def test_every_model_field_is_a_train_flag():
+    import argparse
+
+    from edgeformer.train.cli import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, "train")
+    args = ["--preset", "tiny", "--d-model", "64", "--no-tie-embeddings"]
+    args += ["--layer-norm-eps", "1e-6", "--norm", "pre", "--positional", "rotary"]
+    cfg = config_from_args(parser.parse_args(args))
+    m = cfg.model
+    assert (m.d_model, m.tie_embeddings, m.layer_norm_eps) == (64, False, 1e-6)
+    assert (m.norm, m.positional) == ("pre", "rotary")
+    flags = {a.dest for a in parser._actions}
+    assert {"family", "pad_id", "bos_id", "eos_id"}.isdisjoint(flags)  # set by task / tokenizer
+    derived = {"family", "pad_id", "bos_id", "eos_id"}
+    assert {f for f in ModelConfig.__dataclass_fields__ if f not in derived} <= flags
+
+
+# ----------------------------------------------------------------------------- export RUN_DIR
+
+
+def fake_run(tmp_path, tokenizer_json, best_loss: float, averaged_loss: float):
+    run = tmp_path / "run"
+    save_checkpoint(run / "best", tiny_model(tokenizer_json, seed=1), tokenizer_json)
+    save_checkpoint(run / "averaged", tiny_model(tokenizer_json, seed=2), tokenizer_json)
+    records = [
+        {"epoch": 1, "val_loss": 3.0},
+        {"epoch": 2, "val_loss": best_loss},
+        {"final": {"best": {"val_loss": best_loss}, "averaged": {"val_loss": averaged_loss}}},
+    ]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+@pytest.mark.parametrize("best, averaged, pick", [(2.5, 2.4, "averaged"), (2.3, 2.4, "best")])
+def test_pick_checkpoint_of_a_run_folder(tmp_path, tokenizer_json, best, averaged, pick):
+    from edgeformer.export.cli import pick_checkpoint
+
+    run = fake_run(tmp_path, tokenizer_json, best, averaged)
+    path, why = pick_checkpoint(str(run))
+    assert path == str(run / pick)
+    assert f"exporting {pick}/" in why and "lower val loss" in why
+    assert pick_checkpoint(str(run / "best")) == (str(run / "best"), None)  # a plain checkpoint
+
+
+def test_export_run_dir_exports_the_better_checkpoint(tmp_path, tokenizer_json, capsys):
+    run = fake_run(tmp_path, tokenizer_json, best_loss=2.5, averaged_loss=2.4)
+    out = tmp_path / "pkg"
+    assert main(["export", str(run), str(out), "-q"]) == 0
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if "exporting" in x]
+    assert len(lines) == 1 and "exporting averaged/" in lines[0] and "2.4000" in lines[0]
+    assert (out / "config.json").is_file()
