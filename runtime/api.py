@@ -15,10 +15,12 @@ Instances are thread-safe: each call builds its own stepper over the shared sess
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -29,6 +31,35 @@ from .session import PROVIDERS, SPINNING, create_session
 from .steppers import CachedDecoder, Graph, start_decoder_only, start_encoder_decoder
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
+
+
+@dataclass(frozen=True)
+class ScoringResult:
+    """Teacher-forced log-probabilities of one target (as CTranslate2's ScoringResult)."""
+
+    tokens: list[str]  # the scored tokens (a translation's final EOS included)
+    token_ids: list[int]
+    log_probs: list[float]  # natural log, one per token
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.log_probs))
+
+    @property
+    def normalized(self) -> float:
+        """Mean log-probability per token (the length-normalised score)."""
+        return self.total / max(len(self.log_probs), 1)
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(-self.normalized)
+
+
+def _texts(texts: object, what: str) -> list[str]:
+    """A list of strings; a bare string is an error, not one request per character."""
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):  # type: ignore[union-attr]
+        raise ValueError(f"{what} must be a list of strings (got {type(texts).__name__})")
+    return list(texts)  # type: ignore[arg-type]
 
 
 def make_options(opts: GenerationOptions | None = None, **options) -> GenerationOptions:
@@ -259,6 +290,36 @@ class Translator:
                 out[i] = [(self.model.decode(h.tokens), h.score) for h in hyps]
         return out
 
+    def score_ids(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
+        """log p of each target token and of the EOS after it, given the source (teacher
+        forcing through the step loop, float64). Sources end in EOS, targets do not."""
+        if len(sources) != len(targets) or not sources:
+            raise ValueError("score_ids needs as many targets as sources (and at least one)")
+        eos = self.model.eos_id
+        scored = [list(t) + [eos] for t in targets]
+        if max(map(len, scored)) > self.max_len:
+            raise ValueError(f"a target of more than {self.max_len - 1} tokens cannot be scored")
+        stepper, first = self._stepper(sources, GenerationOptions(max(map(len, scored))))
+        return score(first, stepper, scored)
+
+    def score_batch(
+        self, sources: list[str], targets: list[str], truncate: bool = False
+    ) -> list[ScoringResult]:
+        """Per-token log-probabilities of each target translation given its source."""
+        sources, targets = _texts(sources, "sources"), _texts(targets, "targets")
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        m = self.model
+        src = [m.encode(t) for t in sources]
+        src = [(ids[: m.max_len - 1] if truncate else ids) + [m.eos_id] for ids in src]
+        tgt = [m.encode(t) for t in targets]
+        results = []
+        for ids, logp in zip(tgt, self.score_ids(src, tgt)):
+            ids = ids + [m.eos_id]
+            tokens = [m.tokenizer.id_to_token(i) for i in ids]
+            results.append(ScoringResult(tokens, ids, logp.tolist()))
+        return results
+
     def translate(self, text: str, **options) -> str:
         return self.translate_batch([text], **options)[0]
 
@@ -326,6 +387,22 @@ class Generator:
         targets = [s[1:] for s in sequences]
         stepper, first = start_decoder_only(m.graphs, m.config, ids, mask, max(map(len, targets)))
         return score(first, stepper, targets)
+
+    def score_batch(self, texts: list[str]) -> list[ScoringResult]:
+        """Per-token log-probabilities of each text's tokens after the first (teacher forcing);
+        `perplexity` of a result is the text's perplexity."""
+        m = self.model
+        ids = [m.encode(t) for t in _texts(texts, "texts")]
+        for i, seq in enumerate(ids):
+            if not 2 <= len(seq) <= self.max_len + 1:
+                raise ValueError(
+                    f"text {i} has {len(seq)} tokens; scoring needs 2 .. {self.max_len + 1}"
+                )
+        results = []
+        for seq, logp in zip(ids, self.score_ids(ids)):
+            tokens = [m.tokenizer.id_to_token(i) for i in seq[1:]]
+            results.append(ScoringResult(tokens, seq[1:], logp.tolist()))
+        return results
 
     def _prompt(self, text: str, truncate: bool) -> list[int]:
         ids = self.model.encode(text) or [self.model.bos_id]

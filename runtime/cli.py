@@ -13,6 +13,7 @@ COMMANDS = {
     "export": ("edgeformer.export.cli", "export a checkpoint to an ONNX model package"),
     "translate": ("edgeformer.runtime.commands", "translate text with an encoder-decoder package"),
     "generate": ("edgeformer.runtime.commands", "generate text with a decoder-only package"),
+    "score": ("edgeformer.runtime.commands", "log-probabilities of given texts under a package"),
     "bench": ("edgeformer.benchmarks.cli", "benchmark speed and quality against peers"),
 }
 

@@ -8,6 +8,7 @@ edgeformer generate PACKAGE "ROMEO:" --sample --top-p 0.9 --seed 0 --max-new-tok
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterator
 
@@ -16,7 +17,48 @@ from .decoding import GenerationOptions
 from .package import VARIANTS
 
 
+def add_score_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("package", help="model package folder (edgeformer export)")
+    p.add_argument(
+        "texts", nargs="*", metavar="TEXT",
+        help="translation: 'source<TAB>target'; LM: a text (default: lines from stdin)",
+    )  # fmt: skip
+    p.add_argument("--variant", default="fp32", help=" | ".join(VARIANTS))
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
+    p.add_argument("--batch-size", type=int, default=32, help="lines per batch")
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """One line per input: mean log-prob per token, total log-prob, tokens; LM: perplexity."""
+    from .package import load_package
+
+    family = load_package(args.package, verify=False).family
+    cls = Translator if family == "encoder-decoder" else Generator
+    model = cls(args.package, args.variant, "cpu", args.threads)
+    total, count, seen = 0.0, 0, 0
+    for batch in _batches(_inputs(args), max(1, args.batch_size)):
+        if family == "encoder-decoder":
+            pairs = [line.split("\t") for line in batch]
+            for i, pair in enumerate(pairs):
+                if len(pair) != 2:
+                    raise ValueError(f"line {seen + i + 1}: expected 'source<TAB>target'")
+            results = model.score_batch([p[0] for p in pairs], [p[1] for p in pairs])
+        else:
+            results = model.score_batch(batch)
+        seen += len(batch)
+        for r in results:
+            print(f"{r.normalized:.4f}\t{r.total:.4f}\t{len(r.log_probs)}")
+            total, count = total + r.total, count + len(r.log_probs)
+        sys.stdout.flush()
+    if count:
+        print(f"{count} tokens, mean log-prob {total / count:.4f}, perplexity "
+              f"{math.exp(-total / count):.3f}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
 def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    if command == "score":
+        return add_score_arguments(p)
     what = "text(s) to translate (default: lines from stdin)" if command == "translate" else None
     p.add_argument("package", help="model package folder (edgeformer export)")
     p.add_argument("texts", nargs="*", metavar="TEXT", help=what or "prompt(s) (default: stdin)")
@@ -89,6 +131,8 @@ def _batches(lines: Iterator[str], size: int) -> Iterator[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command == "score":
+        return run_score(args)
     opts = options(args)
     spinning = None if args.spinning is None else args.spinning == "on"
     cls = Translator if args.command == "translate" else Generator

@@ -250,7 +250,7 @@ def test_targets_and_markdown_on_synthetic_results():
     assert (w1["ratio"], w3["ratio"]) == (pytest.approx(0.64), pytest.approx(1.2))
     res["targets"] = t
     md = report.markdown(res)
-    assert "**0.67**" in md and "**6.0×**" in md and "**0.64**" in md and "**1.20**" in md
+    assert "**0.67**" in md and "**6.00×**" in md and "**0.64**" in md and "**1.20**" in md
     assert "0.88" not in md  # no constant from the notes any more
     quality_only = {**res, "shapes": {}, "stacks": {}, "workloads": []}  # --workloads none
     assert report.targets(quality_only) == {

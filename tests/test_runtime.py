@@ -78,6 +78,62 @@ def test_score_ids_equal_pytorch_teacher_forcing(generator, lm_checkpoint):
         generator.score_ids([[5]])
 
 
+def test_translator_score_batch_equals_pytorch(translator, ed_checkpoint):
+    """Teacher-forced log p of every target token and the EOS after it, as PyTorch computes."""
+    from edgeformer.models.generation import pad_batch
+
+    model, m = _load(ed_checkpoint), translator.model
+    sources, targets = ["two dogs play .", "a man"], ["zwei hunde spielen .", "ein mann fährt rad"]
+    results = translator.score_batch(sources, targets)
+    for src, tgt, r in zip(sources, targets, results):
+        s, t = m.encode(src) + [m.eos_id], m.encode(tgt)
+        src_ids, src_mask = pad_batch([s], m.pad_id)
+        with torch.no_grad():
+            logits = model(src_ids, torch.tensor([[m.bos_id] + t]), src_mask)
+        ref = torch.log_softmax(logits[0].double(), -1)[torch.arange(len(t) + 1), t + [m.eos_id]]
+        assert r.token_ids == t + [m.eos_id] and len(r.tokens) == len(t) + 1
+        assert max(abs(a - b) for a, b in zip(r.log_probs, ref.tolist())) < 1e-4
+        assert r.total == pytest.approx(sum(r.log_probs)) and r.normalized < 0
+    with pytest.raises(ValueError, match="list of strings"):
+        translator.score_batch("two dogs", "zwei hunde")
+    with pytest.raises(ValueError, match="2 sources but 1 targets"):
+        translator.score_batch(sources, targets[:1])
+
+
+def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, capsys, monkeypatch):
+    import io
+    import math
+
+    from edgeformer.runtime.cli import main
+
+    texts = ["two dogs play in the snow .", "a man"]
+    results = generator.score_batch(texts)
+    for text, r in zip(texts, results):
+        ids = generator.model.encode(text)
+        (ref,) = generator.score_ids([ids])
+        assert r.token_ids == ids[1:] and r.log_probs == ref.tolist()
+        assert r.perplexity == pytest.approx(math.exp(-r.total / len(r.log_probs)))
+    with pytest.raises(ValueError, match="text 0 has 1 tokens"):
+        generator.score_batch(["a"])
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(texts) + "\n"))
+    assert main(["score", str(lm_package)]) == 0
+    out = capsys.readouterr()
+    rows = [line.split("\t") for line in out.out.splitlines()]
+    assert [float(r[1]) for r in rows] == [pytest.approx(r.total, abs=1e-4) for r in results]
+    assert "perplexity" in out.err
+
+
+def test_cli_score_translation(translator, ed_package, capsys):
+    from edgeformer.runtime.cli import main
+
+    assert main(["score", str(ed_package), "two dogs .\tzwei hunde ."]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    (r,) = translator.score_batch(["two dogs ."], ["zwei hunde ."])
+    assert float(line.split("\t")[1]) == pytest.approx(r.total, abs=1e-4)
+    assert main(["score", str(ed_package), "no tab here"]) == 2
+    assert "line 1: expected 'source<TAB>target'" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="session")
 def trained_ed(tokenizer_json, tmp_path_factory):
     """A tiny encoder-decoder trained (~300 steps) to copy the conftest sentences."""
