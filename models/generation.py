@@ -11,6 +11,7 @@ import torch
 
 from edgeformer.runtime.decoding import GenerationOptions, generate
 
+from .layers import KV
 from .transformer import DecoderOnly, EncoderDecoder
 
 
@@ -35,7 +36,7 @@ class EncoderDecoderStepper:
         self.model = model
         self.src_mask = src_mask
         self.cross = model.cross_kv(model.encode(src, src_mask))
-        self.cache = None
+        self.cache: list[KV] | None = None
 
     def first_logits(self) -> np.ndarray:
         bos = torch.full((self.src_mask.shape[0],), self.model.cfg.bos_id, dtype=torch.long)
@@ -61,7 +62,7 @@ class DecoderOnlyStepper:
     def __init__(self, model: DecoderOnly, ids: torch.Tensor, mask: torch.Tensor):
         self.model = model
         self.mask = mask
-        self.cache = None
+        self.cache: list[KV] | None = None
         self.prompt = ids
 
     @torch.no_grad()
@@ -79,7 +80,13 @@ class DecoderOnlyStepper:
     def select(self, rows: np.ndarray) -> None:
         idx = torch.as_tensor(rows, dtype=torch.long, device=self.mask.device)
         self.mask = self.mask[idx]
-        self.cache = [(k[idx], v[idx]) for k, v in self.cache]
+        if self.cache is not None:
+            self.cache = [(k[idx], v[idx]) for k, v in self.cache]
+
+
+def never(cfg) -> tuple[int, int]:
+    """Token ids no decoding ever chooses: padding and BOS (as the runtime's)."""
+    return (cfg.pad_id, cfg.bos_id)
 
 
 @torch.no_grad()
@@ -91,7 +98,8 @@ def translate_ids(
     device = next(model.parameters()).device
     src, mask = pad_batch(sources, model.cfg.pad_id)
     stepper = EncoderDecoderStepper(model, src.to(device), mask.to(device))
-    return generate(stepper.first_logits(), stepper, opts, model.cfg.eos_id)
+    cfg = model.cfg
+    return generate(stepper.first_logits(), stepper, opts, cfg.eos_id, banned=never(cfg))
 
 
 @torch.no_grad()
@@ -103,4 +111,5 @@ def complete_ids(
     device = next(model.parameters()).device
     ids, mask = pad_batch(prompts, model.cfg.pad_id, left=True)
     stepper = DecoderOnlyStepper(model, ids.to(device), mask.to(device))
-    return generate(stepper.first_logits(), stepper, opts, model.cfg.eos_id, prompts)
+    cfg = model.cfg
+    return generate(stepper.first_logits(), stepper, opts, cfg.eos_id, prompts, never(cfg))

@@ -7,8 +7,13 @@
     for piece in g.stream("ROMEO:", sampling=True, top_p=0.9, seed=0): print(piece, end="")
 
 Text conventions: a source is its tokens + EOS (as edgeformer.models.translate_ids expects);
-an LM prompt is its tokens (BOS alone when empty). Outputs never contain BOS or EOS; a
-generation is the text that follows the prompt (a leading space included).
+an LM prompt is its tokens (BOS alone when empty). Outputs never contain BOS or EOS: the text
+API and the *_ids methods never choose padding or BOS (`banned_ids`; `banned=` overrides it),
+exactly as edgeformer.models decodes. A generation is the text that
+follows the prompt (a leading space included). Whitespace-only text counts as empty; an empty
+batch gives an empty list. A bare string where a list is expected, or an item that is not a
+string, holds a lone surrogate or is longer than max_len (without truncate), is a ValueError
+naming the item's index.
 Instances are thread-safe: each call builds its own stepper over the shared sessions.
 """
 
@@ -18,8 +23,9 @@ import dataclasses
 import math
 import os
 import re
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,10 +62,36 @@ class ScoringResult:
 
 
 def _texts(texts: object, what: str) -> list[str]:
-    """A list of strings; a bare string is an error, not one request per character."""
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):  # type: ignore[union-attr]
+    """A list of strings; a bare string is an error, not one request per character.
+
+    Every item is checked (a string, encodable as UTF-8: no lone surrogates); the error names
+    the first bad item's index.
+    """
+    if isinstance(texts, (str, bytes, bytearray)):
         raise ValueError(f"{what} must be a list of strings (got {type(texts).__name__})")
-    return list(texts)  # type: ignore[arg-type]
+    try:
+        items = list(texts)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(f"{what} must be a list of strings (got {type(texts).__name__})") from None
+    for i, text in enumerate(items):
+        problem = text_problem(text)
+        if problem:
+            raise ValueError(f"{what}[{i}]: {problem}")
+    return items
+
+
+def text_problem(text: object) -> str | None:
+    """Why `text` cannot be tokenized (not a string, a lone surrogate), or None."""
+    if not isinstance(text, str):
+        return f"must be a string (got {type(text).__name__})"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (
+            f"not valid Unicode text: lone surrogate U+{ord(text[e.start]):04X} "
+            f"at character {e.start + 1}"
+        )
+    return None
 
 
 def make_options(opts: GenerationOptions | None = None, **options) -> GenerationOptions:
@@ -195,11 +227,23 @@ class TextStream:
         return text[len(prev) :]
 
 
-def _warn_cut(asked: int, n: int, max_len: int) -> None:
-    if n < asked:
+class _WarnOnce:
+    """The max_new_tokens cut warning, given once per Translator / Generator object."""
+
+    def __init__(self) -> None:
+        self.lock, self.done = threading.Lock(), False
+
+    def cut(self, asked: int, n: int, max_len: int) -> None:
+        if n >= asked:
+            return
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
         warnings.warn(
-            f"max_new_tokens={asked} cut to {n}: the model's positions end at max_len {max_len}",
-            stacklevel=3,
+            f"max_new_tokens={asked} cut to {n}: the model's positions end at max_len {max_len} "
+            "(warned once per object)",
+            stacklevel=4,
         )
 
 
@@ -216,6 +260,8 @@ class Translator:
     ):
         self.model = Model(package_path, "encoder-decoder", variant, provider, threads, spinning)
         self.provider, self.max_len = self.model.provider, self.model.max_len
+        self._warn = _WarnOnce()
+        self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
 
     def _stepper(
         self, sources: list[list[int]], opts: GenerationOptions
@@ -233,48 +279,81 @@ class Translator:
     def _fit(self, opts: GenerationOptions) -> GenerationOptions:
         """Target positions are limited to max_len: BOS + max_new_tokens - 1 fed tokens."""
         n = min(opts.max_new_tokens, self.max_len)
-        _warn_cut(opts.max_new_tokens, n, self.max_len)
+        self._warn.cut(opts.max_new_tokens, n, self.max_len)
         return dataclasses.replace(
             opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
         )
 
     def translate_ids(
-        self, sources: list[list[int]], opts: GenerationOptions | None = None
+        self,
+        sources: list[list[int]],
+        opts: GenerationOptions | None = None,
+        banned: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Source id lists (ending in EOS) -> output ids (no BOS/EOS), as models.translate_ids."""
         opts = self._fit(opts or GenerationOptions())
         stepper, first = self._stepper(sources, opts)
-        return generate(first, stepper, opts, self.model.eos_id)
+        banned = self.banned_ids if banned is None else banned
+        return generate(first, stepper, opts, self.model.eos_id, banned=banned)
 
     def translate_ids_nbest(
-        self, sources: list[list[int]], opts: GenerationOptions | None = None
+        self,
+        sources: list[list[int]],
+        opts: GenerationOptions | None = None,
+        banned: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """Beam search (num_beams=1 is greedy with scores): num_hypotheses best per source."""
         opts = self._fit(opts or GenerationOptions())
         if opts.sampling:
             raise ValueError("n-best lists come from beam search, not sampling")
         stepper, first = self._stepper(sources, opts)
-        return beam_search(first, stepper, opts, self.model.eos_id)
+        banned = self.banned_ids if banned is None else banned
+        return beam_search(first, stepper, opts, self.model.eos_id, banned=banned)
+
+    def source_ids(self, text: str, truncate: bool = False) -> list[int]:
+        """A text's source ids (+ EOS); [] for empty or whitespace-only text. ValueError (without
+        an index) for a non-string, a lone surrogate, or more than max_len ids without truncate."""
+        problem = text_problem(text)
+        if problem:
+            raise ValueError(problem)
+        m = self.model
+        ids = m.encode(text) if text.strip() else []
+        if not ids:
+            return []
+        if truncate:
+            ids = ids[: m.max_len - 1]
+        elif len(ids) + 1 > m.max_len:
+            raise ValueError(
+                f"source of {len(ids) + 1} tokens (with EOS) is longer than the model's max_len "
+                f"{m.max_len} (truncate=True or --truncate cuts longer ones)"
+            )
+        return ids + [m.eos_id]
+
+    def check_text(self, text: str, truncate: bool = False) -> None:
+        """ValueError (the reason, without an index) where translate_batch would refuse `text`."""
+        self.source_ids(text, truncate)
 
     def _sources(self, texts: list[str], truncate: bool) -> tuple[list[int], list[list[int]]]:
         """(indices of non-empty texts, their source ids); empty texts translate to ''."""
-        m, keep, sources = self.model, [], []
-        for i, text in enumerate(texts):
-            ids = m.encode(text)
-            if not ids:
-                continue
-            if truncate:
-                ids = ids[: m.max_len - 1]
-            keep.append(i)
-            sources.append(ids + [m.eos_id])
+        keep, sources = [], []
+        for i, text in enumerate(_texts(texts, "texts")):
+            try:
+                ids = self.source_ids(text, truncate)
+            except ValueError as e:
+                raise ValueError(f"texts[{i}]: {e}") from None
+            if ids:
+                keep.append(i)
+                sources.append(ids)
         return keep, sources
 
     def translate_batch(self, texts: list[str], truncate: bool = False, **options) -> list[str]:
+        """One translation per text ([] for an empty list)."""
         opts = make_options(**options)
+        texts = _texts(texts, "texts")
         keep, sources = self._sources(texts, truncate)
         out = [""] * len(texts)
         if sources:
-            for i, ids in zip(keep, self.translate_ids(sources, opts)):
+            for i, ids in zip(keep, self.translate_ids(sources, opts, self.banned_ids)):
                 out[i] = self.model.decode(ids)
         return out
 
@@ -283,10 +362,11 @@ class Translator:
     ) -> list[list[tuple[str, float]]]:
         """[(translation, length-normalised log-probability)] * num_hypotheses per text."""
         opts = make_options(**options)
+        texts = _texts(texts, "texts")
         keep, sources = self._sources(texts, truncate)
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in texts]
         if sources:
-            for i, hyps in zip(keep, self.translate_ids_nbest(sources, opts)):
+            for i, hyps in zip(keep, self.translate_ids_nbest(sources, opts, self.banned_ids)):
                 out[i] = [(self.model.decode(h.tokens), h.score) for h in hyps]
         return out
 
@@ -309,6 +389,8 @@ class Translator:
         sources, targets = _texts(sources, "sources"), _texts(targets, "targets")
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        if not sources:
+            return []
         m = self.model
         src = [m.encode(t) for t in sources]
         src = [(ids[: m.max_len - 1] if truncate else ids) + [m.eos_id] for ids in src]
@@ -316,7 +398,7 @@ class Translator:
         results = []
         for ids, logp in zip(tgt, self.score_ids(src, tgt)):
             ids = ids + [m.eos_id]
-            tokens = [m.tokenizer.id_to_token(i) for i in ids]
+            tokens = [m.tokenizer.id_to_token(i) or "" for i in ids]
             results.append(ScoringResult(tokens, ids, logp.tolist()))
         return results
 
@@ -337,6 +419,8 @@ class Generator:
     ):
         self.model = Model(package_path, "decoder-only", variant, provider, threads, spinning)
         self.provider, self.max_len = self.model.provider, self.model.max_len
+        self._warn = _WarnOnce()
+        self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
 
     def _stepper(self, prompts: list[list[int]], opts: GenerationOptions):
         """(stepper, opts with max_new_tokens cut to the context: prompt + new <= max_len + 1)."""
@@ -347,7 +431,7 @@ class Generator:
                 "(generate_batch(..., truncate=True) keeps the end of longer ones)"
             )
         n = min(opts.max_new_tokens, self.max_len - T + 1)
-        _warn_cut(opts.max_new_tokens, n, self.max_len)
+        self._warn.cut(opts.max_new_tokens, n, self.max_len)
         opts = dataclasses.replace(
             opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
         )
@@ -357,19 +441,27 @@ class Generator:
         return stepper, first, opts
 
     def generate_ids(
-        self, prompts: list[list[int]], opts: GenerationOptions | None = None
+        self,
+        prompts: list[list[int]],
+        opts: GenerationOptions | None = None,
+        banned: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Prompt id lists -> continuation id lists (no EOS); as models.complete_ids."""
         stepper, first, opts = self._stepper(prompts, opts or GenerationOptions())
-        return generate(first, stepper, opts, self.model.eos_id, prompts)
+        banned = self.banned_ids if banned is None else banned
+        return generate(first, stepper, opts, self.model.eos_id, prompts, banned)
 
     def generate_ids_nbest(
-        self, prompts: list[list[int]], opts: GenerationOptions | None = None
+        self,
+        prompts: list[list[int]],
+        opts: GenerationOptions | None = None,
+        banned: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         if (opts or GenerationOptions()).sampling:
             raise ValueError("n-best lists come from beam search, not sampling")
         stepper, first, opts = self._stepper(prompts, opts or GenerationOptions())
-        return beam_search(first, stepper, opts, self.model.eos_id, prompts)
+        banned = self.banned_ids if banned is None else banned
+        return beam_search(first, stepper, opts, self.model.eos_id, prompts, banned)
 
     def score_ids(self, sequences: list[list[int]]) -> list[np.ndarray]:
         """log p(token t | tokens < t) for tokens 1 .. n - 1 of each sequence (teacher forcing,
@@ -393,6 +485,8 @@ class Generator:
         `perplexity` of a result is the text's perplexity."""
         m = self.model
         ids = [m.encode(t) for t in _texts(texts, "texts")]
+        if not ids:
+            return []
         for i, seq in enumerate(ids):
             if not 2 <= len(seq) <= self.max_len + 1:
                 raise ValueError(
@@ -400,18 +494,47 @@ class Generator:
                 )
         results = []
         for seq, logp in zip(ids, self.score_ids(ids)):
-            tokens = [m.tokenizer.id_to_token(i) for i in seq[1:]]
+            tokens = [m.tokenizer.id_to_token(i) or "" for i in seq[1:]]
             results.append(ScoringResult(tokens, seq[1:], logp.tolist()))
         return results
 
-    def _prompt(self, text: str, truncate: bool) -> list[int]:
-        ids = self.model.encode(text) or [self.model.bos_id]
-        return ids[-self.max_len :] if truncate else ids
+    def prompt_ids(self, text: str, truncate: bool = False) -> list[int]:
+        """A prompt's ids (BOS alone for empty or whitespace-only text). ValueError (without an
+        index) for a non-string, a lone surrogate, or more than max_len ids without truncate."""
+        problem = text_problem(text)
+        if problem:
+            raise ValueError(problem)
+        ids = (self.model.encode(text) if text.strip() else []) or [self.model.bos_id]
+        if truncate:
+            return ids[-self.max_len :]
+        if len(ids) > self.max_len:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens is longer than the model's max_len {self.max_len} "
+                "(truncate=True or --truncate keeps the end of longer ones)"
+            )
+        return ids
+
+    def check_text(self, text: str, truncate: bool = False) -> None:
+        """ValueError (the reason, without an index) where generate_batch would refuse `text`."""
+        self.prompt_ids(text, truncate)
+
+    def _prompts(self, prompts: list[str], truncate: bool) -> list[list[int]]:
+        out = []
+        for i, text in enumerate(_texts(prompts, "prompts")):
+            try:
+                out.append(self.prompt_ids(text, truncate))
+            except ValueError as e:
+                raise ValueError(f"prompts[{i}]: {e}") from None
+        return out
 
     def generate_batch(self, prompts: list[str], truncate: bool = False, **options) -> list[str]:
+        """One continuation per prompt ([] for an empty list)."""
         opts = make_options(**options)
-        ids = [self._prompt(p, truncate) for p in prompts]
-        return [self._continuation(p, c) for p, c in zip(ids, self.generate_ids(ids, opts))]
+        ids = self._prompts(prompts, truncate)
+        if not ids:
+            return []
+        new = self.generate_ids(ids, opts, self.banned_ids)
+        return [self._continuation(p, c) for p, c in zip(ids, new)]
 
     def _continuation(self, prompt: list[int], new: list[int]) -> str:
         """The text the new ids add after the prompt (with its leading space, if any)."""
@@ -427,10 +550,10 @@ class Generator:
         if opts.num_beams > 1:  # beam search knows its output only at the end
             yield self.generate(prompt, truncate=truncate, **options)
             return
-        ids = [self._prompt(prompt, truncate)]
+        ids = self._prompts([prompt], truncate)
         stepper, first, opts = self._stepper(ids, opts)
         text = TextStream(self.model.decode, ids[0])
-        for _, tokens in iter_tokens(first, stepper, opts, self.model.eos_id, ids):
+        for _, tokens in iter_tokens(first, stepper, opts, self.model.eos_id, ids, self.banned_ids):
             piece = text.push(int(tokens[0]))
             if piece:
                 yield piece

@@ -3,6 +3,11 @@
 edgeformer translate PACKAGE "a man rides a bike ." ["more text" ...]
 cat sentences.txt | edgeformer translate PACKAGE --beam 4      # one translation per line
 edgeformer generate PACKAGE "ROMEO:" --sample --top-p 0.9 --seed 0 --max-new-tokens 200
+
+Bad input never costs good input: stdin is read as bytes and decoded line by line; a line that is
+not UTF-8 (or holds a lone surrogate), or is longer than the model's max_len without --truncate,
+is reported on stderr with its 1-based line number and gives an empty output line in its place;
+every other line is translated in order, and the exit status is 1 at the end.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import math
 import sys
 from collections.abc import Iterator
 
-from .api import Generator, Translator
+from .api import Generator, Translator, text_problem
 from .decoding import GenerationOptions
 from .package import VARIANTS
 
@@ -36,8 +41,8 @@ def run_score(args: argparse.Namespace) -> int:
     cls = Translator if family == "encoder-decoder" else Generator
     model = cls(args.package, args.variant, "cpu", args.threads)
     total, count, seen = 0.0, 0, 0
-    for batch in _batches(_inputs(args), max(1, args.batch_size)):
-        if family == "encoder-decoder":
+    for batch in _batches(_checked(_lines(args)), max(1, args.batch_size)):
+        if isinstance(model, Translator):
             pairs = [line.split("\t") for line in batch]
             for i, pair in enumerate(pairs):
                 if len(pair) != 2:
@@ -102,7 +107,7 @@ def options(args: argparse.Namespace) -> dict:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        num_beams=max(args.beam, n_best),
+        num_beams=max(args.beam, n_best) if args.beam >= 1 else args.beam,
         num_hypotheses=n_best,
         length_penalty=args.length_penalty,
         repetition_penalty=args.repetition_penalty,
@@ -111,16 +116,41 @@ def options(args: argparse.Namespace) -> dict:
     return opts
 
 
-def _inputs(args: argparse.Namespace) -> Iterator[str]:
+Line = tuple[int, str | None, str | None]  # (1-based number, text, why it is unreadable)
+
+
+def _lines(args: argparse.Namespace) -> Iterator[Line]:
+    """Input texts, numbered from 1: the TEXT arguments, or stdin's lines decoded one by one."""
     if args.texts:
-        yield from args.texts
-    else:
-        for line in sys.stdin:
-            yield line.rstrip("\n")
+        for n, text in enumerate(args.texts, 1):
+            yield n, text, text_problem(text)  # argv may carry surrogate-escaped bytes
+        return
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream (tests, embedding): lines are already decoded
+        for n, line in enumerate(sys.stdin, 1):
+            text = line.rstrip("\n")
+            yield n, text, text_problem(text)
+        return
+    for n, raw in enumerate(stream, 1):
+        raw = raw.rstrip(b"\n")
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            yield n, raw.decode("utf-8"), None
+        except UnicodeDecodeError as e:
+            yield n, None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1})"
 
 
-def _batches(lines: Iterator[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
+def _checked(lines: Iterator[Line]) -> Iterator[str]:
+    """The texts, where any unreadable line is an error (edgeformer score)."""
+    for n, text, problem in lines:
+        if problem is not None or text is None:
+            raise ValueError(f"line {n}: {problem}")
+        yield text
+
+
+def _batches(lines: Iterator, size: int) -> Iterator[list]:
+    batch: list = []
     for line in lines:
         batch.append(line)
         if len(batch) == size:
@@ -139,20 +169,46 @@ def run(args: argparse.Namespace) -> int:
     model = cls(args.package, args.variant, args.provider, args.threads, spinning)
     threads = f", {args.threads} threads" if args.threads else ""
     print(f"edgeformer: {args.variant} on {model.provider}{threads}", file=sys.stderr)
+    bad = 0
+
+    def usable(n: int, text: str | None, problem: str | None) -> bool:
+        """Reports a line that cannot be used (on stderr, with its number)."""
+        nonlocal bad
+        if problem is None:
+            try:
+                model.check_text(text or "", args.truncate)
+            except ValueError as e:
+                problem = str(e)
+        if problem is not None:
+            bad += 1
+            print(f"edgeformer {args.command}: line {n}: {problem}", file=sys.stderr, flush=True)
+        return problem is None
+
     if args.command == "translate":
-        for batch in _batches(_inputs(args), max(1, args.batch_size)):
+        assert isinstance(model, Translator)
+        for batch in _batches(_lines(args), max(1, args.batch_size)):
+            good = [(n, text) for n, text, problem in batch if usable(n, text, problem)]
+            texts = [text for _, text in good]
             if args.n_best > 1:
-                for i, hyps in enumerate(model.translate_batch_nbest(batch, args.truncate, **opts)):
-                    for text, score in hyps:
-                        print(f"{i}\t{score:.4f}\t{text}")
+                results = dict(zip((n for n, _ in good), model.translate_batch_nbest(
+                    texts, args.truncate, **opts)))  # fmt: skip
+                for n, _, _ in batch:  # an unusable line: one 'index<TAB>nan<TAB>' line
+                    for text, score in results.get(n, [("", math.nan)]):
+                        print(f"{n - 1}\t{score:.4f}\t{text}")
             else:
-                for text in model.translate_batch(batch, args.truncate, **opts):
-                    print(text)
+                results = dict(zip((n for n, _ in good), model.translate_batch(
+                    texts, args.truncate, **opts)))  # fmt: skip
+                for n, _, _ in batch:
+                    print(results.get(n, ""))
             sys.stdout.flush()
-        return 0
-    for prompt in _inputs(args):
+        return 1 if bad else 0
+    assert isinstance(model, Generator)
+    for n, prompt, problem in _lines(args):
+        if not usable(n, prompt, problem):
+            print(flush=True)
+            continue
         print(prompt, end="", flush=True)
-        for piece in model.stream(prompt, args.truncate, **opts):
+        for piece in model.stream(prompt, args.truncate, **opts):  # type: ignore[arg-type]
             print(piece, end="", flush=True)
         print(flush=True)
-    return 0
+    return 1 if bad else 0

@@ -8,11 +8,13 @@ evaluation (edgeformer.train). A model is reached through a `Stepper`:
 
 The caller runs the first pass itself (encoder + first decoder step, or the prompt prefill) and
 hands over its last-position logits (B, V). Outputs never include BOS or the final EOS.
+`banned` ids (the runtime passes padding and BOS) are never chosen, by any strategy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,15 +44,40 @@ class GenerationOptions:
     ignore_eos: bool = False  # always generate max_new_tokens (benchmarks)
 
     def __post_init__(self) -> None:
+        """One validation for the API and the CLI: every problem is a ValueError."""
+
         def bad(msg: str) -> None:
             raise ValueError(f"invalid generation option: {msg}")
 
+        for name in ("max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_hypotheses"):
+            value = getattr(self, name)
+            if not _is_int(value):
+                bad(f"{name}={value!r} must be an integer (got {type(value).__name__})")
+        if self.seed is not None and not _is_int(self.seed):
+            bad(f"seed={self.seed!r} must be an integer or None (got {type(self.seed).__name__})")
+        for name in ("temperature", "top_p", "length_penalty", "repetition_penalty"):
+            value = getattr(self, name)
+            if not _is_real(value):
+                bad(f"{name}={value!r} must be a number (got {type(value).__name__})")
+            if not math.isfinite(value):
+                bad(f"{name}={value!r} must be finite")
+        for name in ("sampling", "early_stopping", "ignore_eos"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                bad(f"{name}={value!r} must be True or False (got {type(value).__name__})")
         if self.max_new_tokens < 1:
             bad(f"max_new_tokens={self.max_new_tokens} must be >= 1")
         if not 0 <= self.min_new_tokens <= self.max_new_tokens:
             bad(f"min_new_tokens={self.min_new_tokens} must be in [0, max_new_tokens]")
+        if self.seed is not None and self.seed < 0:
+            bad(f"seed={self.seed} must be >= 0 (or None)")
         if not self.temperature > 0:
             bad(f"temperature={self.temperature} must be > 0")
+        if self.temperature < MIN_TEMPERATURE:
+            bad(
+                f"temperature={self.temperature} must be >= {MIN_TEMPERATURE} (smaller ones "
+                "underflow the softmax; greedy decoding, sampling=False, is the limit)"
+            )
         if self.top_k < 0:
             bad(f"top_k={self.top_k} must be >= 0")
         if not 0 < self.top_p <= 1:
@@ -63,6 +90,19 @@ class GenerationOptions:
             bad(f"num_hypotheses={self.num_hypotheses} must be in [1, num_beams]")
         if not self.repetition_penalty > 0:
             bad(f"repetition_penalty={self.repetition_penalty} must be > 0")
+
+
+MIN_TEMPERATURE = 1e-4
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
 
 
 @dataclass
@@ -92,8 +132,10 @@ class _Penalties:
         vocab: int,
         context: list[list[int]] | None,
         n: int,
+        banned: Sequence[int] = (),
     ):
         self.opts, self.eos_id = opts, eos_id
+        self.banned = sorted({int(t) for t in banned if 0 <= t < vocab and t != eos_id})
         self.seen = None
         if opts.repetition_penalty != 1.0:
             self.seen = np.zeros((n, vocab), dtype=bool)
@@ -102,7 +144,7 @@ class _Penalties:
 
     def apply(self, logits: np.ndarray, n_generated: int) -> np.ndarray:
         ban_eos = self.opts.ignore_eos or n_generated < self.opts.min_new_tokens
-        if self.seen is None and not ban_eos:
+        if self.seen is None and not ban_eos and not self.banned:
             return logits
         logits = logits.astype(np.float32, copy=True)
         if self.seen is not None:
@@ -111,6 +153,8 @@ class _Penalties:
             logits = np.where(hit, np.where(logits > 0, logits / p, logits * p), logits)
         if ban_eos:
             logits[:, self.eos_id] = -np.inf
+        if self.banned:
+            logits[:, self.banned] = -np.inf
         return logits
 
     def observe(self, tokens: np.ndarray) -> None:
@@ -124,7 +168,7 @@ class _Penalties:
 
 def filter_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
     """Temperature, then top-k, then nucleus (top-p) filtering; removed entries become -inf."""
-    logits = logits / temperature
+    logits = logits.astype(np.float64) / temperature  # float64: a small temperature cannot overflow
     if 0 < top_k < logits.shape[-1]:
         kth = np.partition(logits, -top_k, axis=-1)[:, -top_k][:, None]
         logits = np.where(logits < kth, -np.inf, logits)
@@ -141,10 +185,17 @@ def filter_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: flo
 
 
 def _choose(logits: np.ndarray, opts: GenerationOptions, rng: np.random.Generator) -> np.ndarray:
+    if not np.isfinite(logits.max(axis=-1)).all():  # every token banned (tiny vocabularies)
+        raise ValueError("no token can be chosen: every token is banned at this step")
     if not opts.sampling:
         return logits.argmax(axis=-1)
     logits = filter_logits(logits, opts.temperature, opts.top_k, opts.top_p)
-    probs = np.exp(log_softmax(logits))
+    if not np.isfinite(logits.max(axis=-1)).all():  # nothing left to sample from
+        raise ValueError(
+            f"sampling has no token with a finite probability (temperature={opts.temperature}, "
+            f"top_k={opts.top_k}, top_p={opts.top_p})"
+        )
+    probs = np.exp(log_softmax(logits))  # max subtracted first: never overflows
     u = rng.random(len(probs))[:, None]
     return np.minimum((np.cumsum(probs, axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1)
 
@@ -155,6 +206,7 @@ def iter_tokens(
     opts: GenerationOptions,
     eos_id: int,
     context: list[list[int]] | None = None,
+    banned: Sequence[int] = (),
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Greedy or sampling, one step at a time: yields (rows, tokens) for the rows still running.
 
@@ -163,7 +215,7 @@ def iter_tokens(
     """
     rng = np.random.default_rng(opts.seed)
     n, vocab = first_logits.shape
-    penalties = _Penalties(opts, eos_id, vocab, context, n)
+    penalties = _Penalties(opts, eos_id, vocab, context, n, banned)
     active = np.arange(n)
     logits = first_logits
     for t in range(opts.max_new_tokens):
@@ -189,9 +241,10 @@ def greedy_or_sample(
     opts: GenerationOptions,
     eos_id: int,
     context: list[list[int]] | None = None,
+    banned: Sequence[int] = (),
 ) -> list[list[int]]:
     out: list[list[int]] = [[] for _ in range(len(first_logits))]
-    for rows, tokens in iter_tokens(first_logits, stepper, opts, eos_id, context):
+    for rows, tokens in iter_tokens(first_logits, stepper, opts, eos_id, context, banned):
         for r, tok in zip(rows.tolist(), tokens.tolist()):
             out[r].append(tok)
     return out
@@ -203,6 +256,7 @@ def beam_search(
     opts: GenerationOptions,
     eos_id: int,
     context: list[list[int]] | None = None,
+    banned: Sequence[int] = (),
 ) -> list[list[Hypothesis]]:
     """Beam search; returns the n-best hypotheses per batch row, best first."""
     B, vocab = first_logits.shape
@@ -214,7 +268,7 @@ def beam_search(
 
     _check_finite(first_logits)
     rep_context = [c for c in (context or [[]] * B) for _ in range(K)]
-    penalties = _Penalties(opts, eos_id, vocab, rep_context, B * K)
+    penalties = _Penalties(opts, eos_id, vocab, rep_context, B * K, banned)
     rows = np.repeat(np.arange(B), K)
     stepper.select(rows)
     logp = log_softmax(penalties.apply(np.repeat(first_logits, K, axis=0), 0))
@@ -234,25 +288,33 @@ def beam_search(
         order = np.argsort(-best_scores, axis=-1, kind="stable")[:, : 2 * K]
         top = np.take_along_axis(flat, order, -1)  # (B, 2K) indices into beam * vocab + token
         top_scores = np.take_along_axis(best_scores, order, -1)
-        new_rows, new_tokens, new_scores = [], [], []
+        new_rows: list[int] = []
+        new_tokens: list[int] = []
+        new_scores: list[float] = []
         for b in range(B):
             chosen = 0
             for idx, score in zip(top[b].tolist(), top_scores[b].tolist()):
                 beam, tok = divmod(int(idx), vocab)
                 src = b * K + beam
                 if done[b] or score == -np.inf:
-                    new_rows.append(b * K), new_tokens.append(eos_id), new_scores.append(-np.inf)
+                    new_rows.append(b * K)
+                    new_tokens.append(eos_id)
+                    new_scores.append(-np.inf)
                     chosen += 1
                 elif tok == eos_id:
                     finished[b].append((normalise(score, t + 1), seqs[src]))
                     continue
                 else:
-                    new_rows.append(src), new_tokens.append(tok), new_scores.append(score)
+                    new_rows.append(src)
+                    new_tokens.append(tok)
+                    new_scores.append(score)
                     chosen += 1
                 if chosen == K:
                     break
             while chosen < K:  # fewer than K live candidates (tiny vocabularies)
-                new_rows.append(b * K), new_tokens.append(eos_id), new_scores.append(-np.inf)
+                new_rows.append(b * K)
+                new_tokens.append(eos_id)
+                new_scores.append(-np.inf)
                 chosen += 1
         rows = np.asarray(new_rows)
         tokens = np.asarray(new_tokens, dtype=np.int64)
@@ -300,11 +362,11 @@ def score(first_logits: np.ndarray, stepper: Stepper, targets: list[list[int]]) 
         tgt[b, : len(t)] = t
     out = np.zeros(tgt.shape)
     rows, logits = np.arange(len(targets)), first_logits
-    for t in range(T):
+    for i in range(T):
         _check_finite(logits)
-        out[:, t] = log_softmax(logits.astype(np.float64))[rows, tgt[:, t]]
-        if t + 1 < T:
-            logits = stepper.step(tgt[:, t])
+        out[:, i] = log_softmax(logits.astype(np.float64))[rows, tgt[:, i]]
+        if i + 1 < T:
+            logits = stepper.step(tgt[:, i])
     return [out[b, : len(t)] for b, t in enumerate(targets)]
 
 
@@ -314,8 +376,10 @@ def generate(
     opts: GenerationOptions,
     eos_id: int,
     context: list[list[int]] | None = None,
+    banned: Sequence[int] = (),
 ) -> list[list[int]]:
     """The best token sequence per row, by the strategy `opts` selects."""
     if opts.num_beams > 1:
-        return [h[0].tokens for h in beam_search(first_logits, stepper, opts, eos_id, context)]
-    return greedy_or_sample(first_logits, stepper, opts, eos_id, context)
+        hyps = beam_search(first_logits, stepper, opts, eos_id, context, banned)
+        return [h[0].tokens for h in hyps]
+    return greedy_or_sample(first_logits, stepper, opts, eos_id, context, banned)
