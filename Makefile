@@ -23,6 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tests/typecheck.py
 	$(VENV)/bin/python -m pytest -q
 
 .PHONY: venv demo test

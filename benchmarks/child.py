@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .measure import peak_rss_mb, rss_mb
 from .runners import Runner, env_threads, quiet_libraries
@@ -76,6 +77,8 @@ def serve(job: Job) -> int:
                 reply({"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
                 continue
             fn = runner.generate if req["op"] == "generate" else runner.encode
+            if fn is None:
+                raise RuntimeError(f"this stack has no {req['op']!r}")
             args = (req["ids"], req["n"]) if req["op"] == "generate" else (req["ids"],)
             t = time.perf_counter()
             out = fn(*args)
@@ -117,10 +120,12 @@ class Worker:
             _command("serve", job), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env=env_threads(job.threads),
         )  # fmt: skip
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both PIPE
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.hello = self._read()
 
     def _read(self) -> dict:
-        line = self.proc.stdout.readline()
+        line = self.stdout.readline()
         if not line:
             raise RuntimeError(f"worker exited with code {self.proc.wait()}")
         msg = json.loads(line)
@@ -129,11 +134,11 @@ class Worker:
         return msg
 
     def _send(self, req: dict) -> dict:
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
+        self.stdin.write(json.dumps(req) + "\n")
+        self.stdin.flush()
         return self._read()
 
-    def call(self, op: str, ids: list[list[int]], n: int | None = None) -> tuple[float, object]:
+    def call(self, op: str, ids: list[list[int]], n: int | None = None) -> tuple[float, Any]:
         msg = self._send({"op": op, "ids": ids, "n": n})
         return msg["ms"], msg["out"]
 
@@ -159,7 +164,7 @@ class Worker:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.stdin.close()
+            self.stdin.close()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

@@ -219,7 +219,7 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
         recs = measure.run_workload(live, inputs, w, settings.rounds, settings.warmup)
         for name, rec in recs.items():
             ref = recs.get(by_name[name].ref)
-            rec["agreement"] = measure.agreement(rec["_outputs"], ref and ref["_outputs"])
+            rec["agreement"] = measure.agreement(rec["_outputs"], ref["_outputs"] if ref else None)
         for name, rec in recs.items():
             rec.pop("_outputs")
             results["workloads"].append(

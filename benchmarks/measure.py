@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from .shapes import Workload
 
@@ -91,7 +92,7 @@ def run_workload(
         t.setdefault("ttft", []).append(timed_generate(r, ids, 1)[0])
         if r.encode:
             t.setdefault("encoder", []).append(timed_encode(r, ids))
-    records = {}
+    records: dict[str, dict[str, Any]] = {}
     for name, t in times.items():
         total, ttft = t["total"], t["ttft"]
         decode = [(a - b) / max(n - 1, 1) for a, b in zip(total, ttft)]
@@ -127,7 +128,7 @@ def run_sweep(
     times: dict[str, list[float]] = {k: [] for k in runners}
     for name in turns(list(runners), rounds):
         times[name].append(timed_generate(runners[name], inputs[name], n)[0])
-    records = {}
+    records: dict[str, dict[str, Any]] = {}
     for name, t in times.items():
         tps = [workload.batch * n / (x / 1e3) for x in t]
         records[name] = {"total_ms": stats(t), "tokens_per_s": stats(tps)}

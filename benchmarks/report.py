@@ -116,7 +116,7 @@ def targets(results: dict) -> dict:
         }  # fmt: skip
         if peer is None or not quant:
             continue
-        best = min(quant, key=quant.get)
+        best = min(quant, key=quant.__getitem__)
         out["quantized_vs_genai"].append(
             {
                 "shape": shape,

@@ -80,7 +80,7 @@ def env_threads(threads: int) -> dict[str, str]:
 def load_our_torch(job: Job) -> Runner:
     import torch
 
-    from edgeformer.models import complete_ids, translate_ids
+    from edgeformer.models import EncoderDecoder, complete_ids, translate_ids
     from edgeformer.models.checkpoint import WEIGHTS, load_checkpoint
     from edgeformer.models.generation import pad_batch
     from edgeformer.runtime.decoding import GenerationOptions
@@ -88,13 +88,16 @@ def load_our_torch(job: Job) -> Runner:
     torch.set_num_threads(job.threads)
     ckpt = artifacts.checkpoint_for(job)
     model, _ = load_checkpoint(ckpt)
-    fn = translate_ids if job.shape.is_ed else complete_ids
 
     def generate(ids, n):
-        return fn(model, ids, GenerationOptions(max_new_tokens=n, ignore_eos=True))
+        options = GenerationOptions(max_new_tokens=n, ignore_eos=True)
+        if isinstance(model, EncoderDecoder):
+            return translate_ids(model, ids, options)
+        return complete_ids(model, ids, options)
 
     @torch.no_grad()
     def encode(ids):
+        assert isinstance(model, EncoderDecoder)  # passed on only for encoder-decoder shapes
         x, mask = pad_batch(ids, model.cfg.pad_id)
         return model.encode(x, mask)
 
@@ -222,12 +225,12 @@ def load_optimum(job: Job, int8: bool) -> Runner:
     spinning = job.settings.spinning
     so = ort_options(job.threads, OPTIMUM_SPINNING if spinning is None else spinning)
     model = cls.from_pretrained(path, session_options=so, provider="CPUExecutionProvider")
-    sessions = [
+    found = [
         getattr(getattr(model, part, None), "session", None)
         for part in ("encoder", "decoder", "decoder_with_past")
     ]
-    sessions = [s for s in sessions if s is not None] or [getattr(model, "session", None)]
-    sessions = [s for s in sessions if s is not None]
+    found = [s for s in found if s is not None] or [getattr(model, "session", None)]
+    sessions = [s for s in found if s is not None]
     files = sorted({Path(s._model_path) for s in sessions if getattr(s, "_model_path", None)})
     if not files:
         files = sorted(path.glob("*.onnx"))

@@ -13,6 +13,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from edgeformer.models.config import ModelConfig
 
 from .shapes import QUICK_SWEEP_BATCHES, SWEEP_BATCHES, WORKLOADS, Shape, Workload
 
@@ -99,7 +103,8 @@ class Settings:
     @classmethod
     def from_dict(cls, d: dict) -> Settings:
         kinds = {f.name: f.type for f in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if "tuple" in kinds[k] else v for k, v in d.items()})
+        fields: dict[str, Any] = {k: tuple(v) if "tuple" in kinds[k] else v for k, v in d.items()}
+        return cls(**fields)
 
     def fixed_workloads(self) -> list[Workload]:
         """The fixed workloads asked for (W1, W2, W3), in order; the sweep is separate."""
@@ -153,7 +158,8 @@ class Job:
         d = json.loads(text)
         return cls(
             stack=d["stack"],
-            shape=Shape(d["shape"]["name"], LightConfig(**d["shape"]["cfg"])),
+            # LightConfig stands in for ModelConfig (same fields) without importing torch
+            shape=Shape(d["shape"]["name"], cast("ModelConfig", LightConfig(**d["shape"]["cfg"]))),
             work=Path(d["work"]),
             settings=Settings.from_dict(d["settings"]),
             package=Path(d["package"]) if d["package"] else None,

@@ -8,7 +8,7 @@ their own random weights, so a peer's outputs are compared with its own PyTorch 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,7 +58,9 @@ def ed_config(quick: bool = False) -> ModelConfig:
 def lm_config(quick: bool = False) -> ModelConfig:
     from edgeformer.models.config import ModelConfig
 
-    common = dict(family="decoder-only", activation="gelu", norm="pre", positional="learned")
+    common: dict[str, Any] = dict(
+        family="decoder-only", activation="gelu", norm="pre", positional="learned"
+    )
     if quick:
         return ModelConfig(
             vocab_size=1000, d_model=64, n_heads=4, n_decoder_layers=2, d_ff=256, dropout=0.0,

@@ -14,6 +14,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from . import artifacts, runners
 from .runners import Runner, ort_options  # noqa: F401  (ort_options: for profile.py)
@@ -81,7 +82,7 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
     ct = ("ctranslate2", "transformers")
     og = ("onnxruntime_genai", *torch_hf, "onnx_ir")  # onnx_ir: the model builder
     no_ed = "onnxruntime-genai's model builder has no encoder-decoder text model (Whisper only)"
-    llama = dict(families=(LM,), vocab="llama", note=no_ed)
+    llama: dict[str, Any] = dict(families=(LM,), vocab="llama", note=no_ed)
     stacks += [
         Stack("hf-torch", "peers", "fp32", "hf-torch", hf, runners.load_hf_torch, torch_hf,
               vocab="hf"),

@@ -19,6 +19,7 @@ Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, D
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,8 +136,9 @@ class Builder:
             fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
             fn(packed, w_kn, scales, zero_points, bs, N, K, True)
             self.inits[key], self.inits[f"{key}.scales"] = packed, scales
-        scales = g.weight(f"{key}.scales", self.inits[f"{key}.scales"])
-        return g.weight(key, self.inits[key]), scales
+        return g.weight(key, self.inits[key]), g.weight(
+            f"{key}.scales", self.inits[f"{key}.scales"]
+        )
 
     def linear(self, g: Graph, x: str, mod, name: str, add_bias: bool = True, bits=None):
         """y = x W^T (+ b). Returns (y, bias name or None); the bias is left to the consumer
@@ -284,7 +286,7 @@ class Builder:
 
         return f
 
-    def cross_attention(self, g: Graph, cross, name: str, kv: tuple[str, str], mask32: str):
+    def cross_attention(self, g: Graph, cross, name: str, kv: Sequence[str], mask32: str):
         def f(h):
             q, bq = self.linear(g, h, cross.q, f"{name}.q", add_bias=False)
             ins = [q, kv[0], kv[1]]

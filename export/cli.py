@@ -65,7 +65,7 @@ def pick_checkpoint(path: str) -> tuple[str, str | None]:
         pick = names[0]
         why = "log.jsonl has no final val losses (unfinished run?)"
     else:
-        pick = min(losses, key=losses.get)  # a tie keeps best/
+        pick = min(losses, key=losses.__getitem__)  # a tie keeps best/
         why = "lower val loss: " + ", ".join(f"{n}/ {v:.4f}" for n, v in losses.items())
         if len(losses) == 1:
             why = f"the only one with a final val loss: {pick}/ {losses[pick]:.4f}"

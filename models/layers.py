@@ -59,6 +59,9 @@ class AbsolutePositions(nn.Module):
 class Rotary(nn.Module):
     """Rotary position embedding (Su et al., 2021), 'rotate half' layout, applied to q and k."""
 
+    cos: torch.Tensor  # buffers, (max_len, head_dim / 2)
+    sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig, base: float = 10000.0):
         super().__init__()
         d = cfg.head_dim
@@ -198,7 +201,8 @@ class DecoderLayer(nn.Module):
         cross_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KV]:
         x, present = self.res_attn(x, lambda h: self.attn(h, mask, positions, rotary, past))
-        if self.cross is not None:
-            x, _ = self.res_cross(x, lambda h: (self.cross(h, cross_kv, cross_mask), None))
+        cross, res_cross = self.cross, self.res_cross
+        if cross is not None and res_cross is not None:
+            x, _ = res_cross(x, lambda h: (cross(h, cross_kv, cross_mask), None))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x, present

@@ -100,7 +100,11 @@ class EncoderDecoder(_Base):
 
     def cross_kv(self, memory: torch.Tensor) -> list[KV]:
         """The encoder output projected to each decoder layer's cross-attention (k, v)."""
-        return [layer.cross.project_kv(memory) for layer in self.decoder]
+        kv = []
+        for layer in self.decoder:
+            assert isinstance(layer, DecoderLayer) and layer.cross is not None
+            kv.append(layer.cross.project_kv(memory))
+        return kv
 
     def decode(
         self,

@@ -363,12 +363,12 @@ class Package:
 def _inside(path: Path, name: object) -> Path:
     """The package file `name`: a plain file name that stays inside the package after symlinks
     are resolved. The error is the same whether or not an outside target exists."""
-    plain = (
-        isinstance(name, str)
-        and name not in ("", ".", "..")
-        and not any(c in name for c in "/\\\0")
-    )
-    if not plain or (path / name).resolve().parent != path.resolve():
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or any(c in name for c in "/\\\0")
+        or (path / name).resolve().parent != path.resolve()
+    ):
         raise PackageError(
             f"model package {path}: {name!r} is not a file name inside the package "
             "(paths, '..' and links out of the package are refused)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from edgeformer.models import ModelConfig
 
@@ -133,14 +134,16 @@ class TrainConfig:
         if not isinstance(base, dict):
             raise ValueError(f"invalid TrainConfig: model must be a dict, got {base!r}")
         flat = {k: v for k, v in d.items() if k in MODEL_FIELDS and k not in known}
-        top = {k: v for k, v in d.items() if k in known and k != "model"}
+        top: dict[str, Any] = {k: v for k, v in d.items() if k in known and k != "model"}
         return cls(**top, model=default_model(**(base | flat)))
 
 
 def _lm(model: dict, **kw) -> TrainConfig:
     """nanoGPT shakespeare-char defaults: pre-LN GPT, learned positions, GELU, char tokens."""
     arch = dict(activation="gelu", norm="pre", positional="learned")
-    base = dict(task="lm", tokenizer="char", schedule="cosine", warmup=100, beta2=0.99)
+    base: dict[str, Any] = dict(
+        task="lm", tokenizer="char", schedule="cosine", warmup=100, beta2=0.99
+    )
     base |= dict(weight_decay=0.1, label_smoothing=0.0)
     return TrainConfig(model=default_model(**(arch | model)), **(base | kw))
 

@@ -13,6 +13,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,7 +95,7 @@ def evaluate_translation(
         raise ValueError(f"{checkpoint_dir} is not a translation checkpoint (task={task})")
     tok = load_tokenizer(Path(checkpoint_dir) / "tokenizer.json")
     src, ref = load_multi30k(split, task["src_lang"], task["tgt_lang"], data_dir, max_sentences)
-    result = {
+    result: dict[str, Any] = {
         "split": split,
         "direction": f"{task['src_lang']}-{task['tgt_lang']}",
         "sentences": len(src),

@@ -25,6 +25,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm import tqdm
 
-from edgeformer.models import ModelConfig, build_model
+from edgeformer.models import DecoderOnly, EncoderDecoder, ModelConfig, build_model
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
 
 from .config import TrainConfig
@@ -81,7 +82,9 @@ def token_batches(
     lengths_ = np.asarray(lengths)
     rng = np.random.default_rng(seed) if seed is not None else None
     ties = rng.random(len(lengths_)) if rng is not None else np.arange(len(lengths_))
-    batches, cur, longest = [], [], 0
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
     for i in np.lexsort((ties, lengths_)):
         longest_with_i = max(longest, int(lengths_[i]))
         if cur and longest_with_i * (len(cur) + 1) > batch_tokens:
@@ -181,11 +184,11 @@ def load_train_state(path: Path, optimizer: torch.optim.Optimizer) -> dict:
 
 def average_weights(paths: list[Path], model: nn.Module) -> None:
     """Load the element-wise mean of the weights files `paths` into `model`."""
-    total = None
+    total: dict[str, torch.Tensor] = {}
     for p in paths:
         load_model(model, str(p))
         sd = {k: v.detach().double().clone() for k, v in model.state_dict().items()}
-        total = sd if total is None else {k: total[k] + sd[k] for k in total}
+        total = {k: total[k] + sd[k] for k in total} if total else sd
     model.load_state_dict({k: (v / len(paths)).float() for k, v in total.items()})
 
 
@@ -355,7 +358,7 @@ def prepare_tokenizer(run: Run, texts: list[str]):
     return load_tokenizer(path), path
 
 
-def build(run: Run, vocab_size: int) -> tuple[nn.Module, ModelConfig]:
+def build(run: Run, vocab_size: int) -> tuple[EncoderDecoder | DecoderOnly, ModelConfig]:
     """The model: from the resumed checkpoint's config.json, else from the TrainConfig."""
     cfg = run.cfg
     if cfg.resume is not None:
@@ -376,7 +379,14 @@ def restore(run: Run, optimizer: torch.optim.Optimizer) -> dict:
     return state
 
 
-def save_epoch(run: Run, model: nn.Module, tok_path: Path, meta: dict, optimizer, state: dict):
+def save_epoch(
+    run: Run,
+    model: EncoderDecoder | DecoderOnly,
+    tok_path: Path,
+    meta: dict,
+    optimizer,
+    state: dict,
+):
     """OUT/last (+ train state), OUT/best when val loss improved, OUT/epochs/epoch_NNN."""
     if not run.main:
         return
@@ -395,7 +405,9 @@ def save_epoch(run: Run, model: nn.Module, tok_path: Path, meta: dict, optimizer
         old.unlink()
 
 
-def save_averaged(run: Run, model: nn.Module, tok_path: Path, meta: dict) -> nn.Module:
+def save_averaged(
+    run: Run, model: EncoderDecoder | DecoderOnly, tok_path: Path, meta: dict
+) -> EncoderDecoder | DecoderOnly:
     paths = sorted((run.out / "epochs").glob("epoch_*.safetensors"))[-run.cfg.average_last :]
     model = copy.deepcopy(model)
     average_weights(paths, model)
@@ -580,7 +592,7 @@ def corpus_bleu(hyps: list[str], refs: list[str], **kw) -> float:
 def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, bleu_ref) -> None:
     """Average the last checkpoints, compare with best, write samples.md and loss.png."""
     cfg = run.cfg
-    scores = {}
+    scores: dict[str, dict[str, Any]] = {}
     for name in ("best", "averaged"):
         m = save_averaged(run, model, tok_path, meta) if name == "averaged" else None
         m = m if m is not None else load_checkpoint(run.out / "best", run.device)[0]
@@ -594,12 +606,12 @@ def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, ble
     summary = {n: {k: v for k, v in s.items() if k != "hyps"} for n, s in scores.items()}
     run.log({"final": summary, "samples_from": pick, "elapsed": time.time() - run.t0})
     for n, s in summary.items():
-        bleu = (
+        bleu_note = (
             f", val BLEU {s['bleu']:.1f} ({len(bleu_src)} sentences)"
             if s["bleu"] is not None
             else ""
         )
-        run.say(f"{n:>8}: val loss {s['val_loss']:.3f}{bleu}")
+        run.say(f"{n:>8}: val loss {s['val_loss']:.3f}{bleu_note}")
     rows = ["| source | reference | prediction |", "|---|---|---|"]
     cell = lambda s: s.replace("|", "\\|")  # noqa: E731
     for s, r, h in list(zip(bleu_src, bleu_ref, scores[pick]["hyps"]))[: cfg.samples]:
@@ -716,7 +728,7 @@ def train_lm(run: Run) -> nn.Module:
         )
         for n, v in final.items():
             run.say(f"{n:>8}: val loss {v:.3f}")
-        pick = min(final, key=final.get)
+        pick = min(final, key=final.__getitem__)
         texts = lm_samples(
             best if pick == "best" else avg, tok, n=max(1, cfg.samples // 2), seed=cfg.seed
         )
