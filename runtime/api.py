@@ -177,7 +177,15 @@ class Model:
         self.graphs: dict[str, Graph] = {}
         for graph in graph_names(family):
             spin = SPINNING[graph] if spinning is None else spinning
-            sess, provider = create_session(pkg.file(graph, variant), provider, threads, spin)
+            try:
+                sess, provider = create_session(pkg.file(graph, variant), provider, threads, spin)
+            except ValueError:
+                raise
+            except Exception as e:  # onnxruntime refused the graph (corrupt, escaping data, ...)
+                raise PackageError(
+                    f"model package {pkg.path}: onnxruntime cannot load the {variant} {graph} "
+                    f"graph: {str(e).splitlines()[0][:300]}"
+                ) from None
             inputs = [i.name for i in sess.get_inputs()]
             outputs = [o.name for o in sess.get_outputs()]
             want = names[graph]

@@ -648,3 +648,110 @@ def _utf8(b: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+# ---------------------------------------------------------------- damaged packages, more kinds
+
+
+def _rewrite_graph(pkg, name, edit) -> None:
+    """Edit a graph file of a package with `edit(proto)` and keep its checksum valid."""
+    import onnx
+
+    proto = onnx.load(str(pkg / name), load_external_data=False)
+    edit(proto)
+    onnx.save_model(proto, str(pkg / name))
+    config = json.loads((pkg / "config.json").read_text())
+    config["files"][name] = sha256(pkg / name)
+    (pkg / "config.json").write_text(json.dumps(config))
+
+
+def _external(proto):
+    return next(t for t in proto.graph.initializer if t.external_data)
+
+
+def _escape(location):
+    def edit(proto):
+        for entry in _external(proto).external_data:
+            if entry.key == "location":
+                entry.value = location
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "damage, error",
+    [
+        ("truncate weights", "checksum mismatch for weights.data"),
+        ("empty weights", "checksum mismatch for weights.data"),
+        ("delete tokenizer", "missing tokenizer.json"),
+        ("unlist tokenizer", "'tokenizer.json' is not in the checksum list"),
+        ("truncate graph", "checksum mismatch for decoder.onnx"),
+        ("graph data escapes with ..", "onnxruntime cannot load the fp32 decoder graph"),
+        ("graph data absolute", "onnxruntime cannot load the fp32 decoder graph"),
+        ("graph not onnx", "onnxruntime cannot load the fp32 decoder graph"),
+    ],
+)
+def test_damaged_package_matrix(damage, error, ed_package, tmp_path):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ed_package, pkg)
+    (tmp_path / "weights.data").write_bytes((pkg / "weights.data").read_bytes())  # an outside copy
+    if damage == "truncate weights":
+        data = (pkg / "weights.data").read_bytes()
+        (pkg / "weights.data").write_bytes(data[: len(data) // 2])
+    elif damage == "empty weights":
+        (pkg / "weights.data").write_bytes(b"")
+    elif damage == "delete tokenizer":
+        (pkg / "tokenizer.json").unlink()
+    elif damage == "unlist tokenizer":
+        config = json.loads((pkg / "config.json").read_text())
+        del config["files"]["tokenizer.json"]
+        (pkg / "config.json").write_text(json.dumps(config))
+    elif damage == "truncate graph":
+        (pkg / "decoder.onnx").write_bytes((pkg / "decoder.onnx").read_bytes()[:100])
+    elif damage == "graph data escapes with ..":
+        _rewrite_graph(pkg, "decoder.onnx", _escape("../weights.data"))
+    elif damage == "graph data absolute":
+        _rewrite_graph(pkg, "decoder.onnx", _escape(str(tmp_path / "weights.data")))
+    elif damage == "graph not onnx":
+        (pkg / "decoder.onnx").write_bytes(b"not an onnx graph at all")
+        config = json.loads((pkg / "config.json").read_text())
+        config["files"]["decoder.onnx"] = sha256(pkg / "decoder.onnx")
+        (pkg / "config.json").write_text(json.dumps(config))
+    before = snapshot(tmp_path)
+    with pytest.raises(PackageError, match=error.replace(".", r"\.")):
+        Translator(pkg)
+    assert snapshot(tmp_path) == before
+
+
+def test_any_config_value_is_accepted_or_a_package_error(ed_package, tmp_path):
+    """Property: whatever value lands in whichever config key, loading ends in a PackageError
+    or a working package, never another exception."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ed_package, pkg)
+    original = json.loads((pkg / "config.json").read_text())
+    paths = [("model", k) for k in original["model"]] + [
+        ("special_tokens", k) for k in original["special_tokens"]
+    ] + [(k,) for k in original if k not in ("files",)]  # fmt: skip
+    values = st.one_of(
+        st.none(), st.booleans(), st.integers(-3, 10**9), st.floats(allow_nan=True),
+        st.text(max_size=8), st.lists(st.integers(), max_size=3),
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    )  # fmt: skip
+
+    @hypothesis.settings(max_examples=60, deadline=None)
+    @hypothesis.given(path=st.sampled_from(paths), value=values)
+    def check(path, value):
+        config = json.loads(json.dumps(original))
+        node = config
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        (pkg / "config.json").write_text(json.dumps(config))
+        try:
+            load_package(pkg, verify=False)
+        except PackageError:
+            pass
+
+    check()
