@@ -30,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
             mod = importlib.import_module(module)
             mod.add_arguments(p, name)
             p.set_defaults(_run=mod.run)
-    args = parser.parse_args(argv)
+    # texts may follow options (`translate PKG --beam 4 "text"`): argparse leaves them over
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.texts = [*args.texts, *extra]
     try:
         return int(args._run(args) or 0)
     except (ValueError, FileNotFoundError, FileExistsError) as e:

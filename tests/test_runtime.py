@@ -123,6 +123,17 @@ def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, cap
     assert "perplexity" in out.err
 
 
+def test_cli_texts_after_options(ed_package, capsys):
+    from edgeformer.runtime.cli import main
+
+    assert main(["translate", str(ed_package), "--max-new-tokens", "4", "two dogs ."]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(["translate", str(ed_package), "--beam", "0", "two dogs ."]) == 2
+    assert "num_beams" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["translate", str(ed_package), "x", "--no-such-flag"])
+
+
 def test_cli_score_translation(translator, ed_package, capsys):
     from edgeformer.runtime.cli import main
 
