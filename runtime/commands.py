@@ -92,7 +92,11 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     d.add_argument("--length-penalty", type=float, default=1.0)
     if command == "translate":
         d.add_argument(
-            "--n-best", type=int, default=1, metavar="K", help="print K 'score<TAB>text' lines"
+            "--n-best",
+            type=int,
+            default=1,
+            metavar="K",
+            help="print K 'index<TAB>score<TAB>text' lines per input (index: 0-based input line)",
         )
         d.add_argument("--batch-size", type=int, default=32, help="stdin lines per batch")
 
