@@ -14,6 +14,7 @@ COMMANDS = {
     "translate": ("edgeformer.runtime.commands", "translate text with an encoder-decoder package"),
     "generate": ("edgeformer.runtime.commands", "generate text with a decoder-only package"),
     "score": ("edgeformer.runtime.commands", "log-probabilities of given texts under a package"),
+    "info": ("edgeformer.runtime.commands", "describe a model package: model, variants, graphs"),
     "bench": ("edgeformer.benchmarks.cli", "benchmark speed and quality against peers"),
 }
 

@@ -61,7 +61,47 @@ def run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names(names: list[str], n: int) -> str:
+    return ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")
+
+
+def package_info(path: str) -> str:
+    """What `edgeformer info` prints: model, task, variants with sizes, graphs, requirements."""
+    import onnxruntime as ort
+
+    from .package import load_package
+
+    pkg = load_package(path)  # checksums verified
+    c = pkg.config
+    m = c.model
+    layers = (
+        f"{m.get('n_encoder_layers')}+{c.n_layers}" if c.family == "encoder-decoder"
+        else str(c.n_layers)
+    )  # fmt: skip
+    task = ", ".join(f"{k} {v}" for k, v in c.task.items()) or "-"
+    lines = [
+        f"package      {pkg.path} (format {c.format_version}, checksums verified)",
+        f"family       {c.family}; task: {task}",
+        f"model        d_model {m['d_model']}, {layers} layers, {c.n_heads} heads, "
+        f"vocab {c.vocab_size}, max_len {c.max_len}, {m.get('norm')}-LN, {m.get('positional')}",
+        f"onnxruntime  needs >= {c.min_onnxruntime}; here {ort.__version__}, providers "
+        f"{', '.join(ort.get_available_providers())} (edgeformer decodes on the CPU provider)",
+        "variants",
+    ]
+    for name, v in c.variants.items():
+        files = [*v.files.values(), v.weights]
+        size = sum((pkg.path / f).stat().st_size for f in files) / 1e6
+        lines.append(f"  {name:<6} {size:8.2f} MB  {v.description}")
+    lines.append("graphs")
+    for graph, io in c.graphs.items():
+        lines.append(f"  {graph}: in {_names(io['inputs'], 4)}; out {_names(io['outputs'], 3)}")
+    return "\n".join(lines)
+
+
 def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    if command == "info":
+        p.add_argument("package", help="model package folder (edgeformer export)")
+        return None
     if command == "score":
         return add_score_arguments(p)
     what = "text(s) to translate (default: lines from stdin)" if command == "translate" else None
@@ -165,6 +205,9 @@ def _batches(lines: Iterator, size: int) -> Iterator[list]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command == "info":
+        print(package_info(args.package))
+        return 0
     if args.command == "score":
         return run_score(args)
     opts = options(args)

@@ -123,6 +123,19 @@ def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, cap
     assert "perplexity" in out.err
 
 
+def test_cli_info(ed_package, lm_package, capsys, tmp_path):
+    from edgeformer.runtime.cli import main
+
+    assert main(["info", str(ed_package)]) == 0
+    out = capsys.readouterr().out
+    for text in ("encoder-decoder", "checksums verified", "int4", "MB", "encoder: in input_ids"):
+        assert text in out, text
+    assert main(["info", str(lm_package)]) == 0
+    assert "decoder-only" in capsys.readouterr().out
+    assert main(["info", str(tmp_path)]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
 def test_cli_texts_after_options(ed_package, capsys):
     from edgeformer.runtime.cli import main
 
