@@ -192,6 +192,16 @@ class PackageError(ValueError):
     """A model package that is missing, incomplete, corrupt or of the wrong kind."""
 
 
+# upper bounds on the sizes a config may declare (far above any model this runtime serves)
+MODEL_LIMITS = {
+    "vocab_size": 1 << 22,
+    "d_model": 1 << 16,
+    "n_heads": 1 << 10,
+    "n_decoder_layers": 1 << 10,
+    "max_len": 1 << 20,
+}
+
+
 def _want(where: str, key: str, value: object, kind: type | tuple, what: str) -> None:
     ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
     if not ok:
@@ -290,8 +300,8 @@ class PackageConfig:
         if family not in FAMILIES:
             raise PackageError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
         model = _obj(where, "model", data.get("model"))
-        for key in ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "max_len"):
-            _int(where, f"model.{key}", model.get(key), 1)
+        for key, most in MODEL_LIMITS.items():  # bounded: a config must not make us allocate
+            _int(where, f"model.{key}", model.get(key), 1, most + 1)
         if model["d_model"] % model["n_heads"]:
             raise PackageError(f"{where}: model.d_model is not divisible by model.n_heads")
         if model.get("family", family) != family:
