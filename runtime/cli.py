@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 # subcommand -> (module with add_arguments(parser, command) and run(args) -> int, one-line help)
 COMMANDS = {
@@ -37,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.texts = [*args.texts, *extra]
+
+    def note(message, category, filename, lineno, file=None, line=None) -> None:
+        """Warnings as one plain line on stderr (not file:line and the source line)."""
+        print(f"edgeformer {args.command}: note: {message}", file=sys.stderr, flush=True)
+
+    shown, warnings.showwarning = warnings.showwarning, note
     try:
         return int(args._run(args) or 0)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
@@ -44,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

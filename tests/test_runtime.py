@@ -123,6 +123,22 @@ def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, cap
     assert "perplexity" in out.err
 
 
+def test_cli_cut_generation_note_is_one_plain_line(lm_package, capsys):
+    import warnings
+
+    from edgeformer.runtime.cli import main
+
+    saved = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["generate", str(lm_package), "two", "--max-new-tokens", "500"]) == 0
+    assert warnings.showwarning is saved  # restored when main returns
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "cut to" in line]
+    assert len(notes) == 1 and notes[0].startswith("edgeformer generate: note: max_new_tokens")
+    assert "UserWarning" not in err and ".py:" not in err
+
+
 def test_cli_info(ed_package, lm_package, capsys, tmp_path):
     from edgeformer.runtime.cli import main
 
