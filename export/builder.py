@@ -189,19 +189,21 @@ class Builder:
         return g.op("Gemm", [h, table], transB=1)
 
     # -- blocks --------------------------------------------------------------------------------
-    def norms(self, layers, final) -> list:
-        """The LayerNorms in the order the residual stream meets them (pre-LN adds the final)."""
+    def norms(self, prefix: str, layers, final) -> list[tuple[object, str]]:
+        """(LayerNorm, weight name) in the order the residual stream meets them (pre-LN adds
+        the final norm)."""
         out = []
-        for layer in layers:
-            out.append(layer.res_attn.norm)
+        for i, layer in enumerate(layers):
+            out.append((layer.res_attn.norm, f"{prefix}.{i}.attn_norm"))
             if getattr(layer, "res_cross", None) is not None:
-                out.append(layer.res_cross.norm)
-            out.append(layer.res_ffn.norm)
+                out.append((layer.res_cross.norm, f"{prefix}.{i}.cross_norm"))
+            out.append((layer.res_ffn.norm, f"{prefix}.{i}.ffn_norm"))
         if self.cfg.norm == "pre":
-            out.append(final)
+            out.append((final, f"{prefix}.final_norm"))
         return out
 
-    def norm_params(self, g: Graph, norm, name: str, last: bool) -> tuple[str, str]:
+    def norm_params(self, g: Graph, norm_and_name, last: bool) -> tuple[str, str]:
+        norm, name = norm_and_name
         gamma, beta = _f32(norm.weight), _f32(norm.bias)
         if last and self.tied:  # the head multiplies by the sqrt(C)-scaled table: divide it out
             s = np.float32(1.0 / math.sqrt(self.C))
@@ -209,7 +211,7 @@ class Builder:
             name += ".head"
         return g.weight(f"{name}.weight", gamma), g.weight(f"{name}.bias", beta)
 
-    def residual_stack(self, g: Graph, x: str, pos: str | None, sublayers, norms, names, last):
+    def residual_stack(self, g: Graph, x: str, pos: str | None, sublayers, norms, last: bool):
         """Run sublayers f_k(h) -> (y, bias) with residuals and LayerNorms; returns the output.
 
         post-LN: x = LN_k(x + f_k(x) + b);   pre-LN: h = LN_k(x); x = x + f_k(h) + b; ...; LN_final.
@@ -222,18 +224,18 @@ class Builder:
                 x = g.op("Add", [x, pos])
             for k, f in enumerate(sublayers):
                 y, b = f(x)
-                gw, gb = self.norm_params(g, norms[k], names[k], last and k == K - 1)
+                gw, gb = self.norm_params(g, norms[k], last and k == K - 1)
                 x = g.op("SkipLayerNormalization", [y, x, gw, gb, *([b] if b else [])],
                          domain=MS, epsilon=eps)  # fmt: skip
             return x
-        gw, gb = self.norm_params(g, norms[0], names[0], False)
+        gw, gb = self.norm_params(g, norms[0], False)
         if pos is not None:
             h, _, _, x = g.op("SkipLayerNormalization", [x, pos, gw, gb], 4, MS, epsilon=eps)
         else:
             h = g.op("LayerNormalization", [x, gw, gb], axis=-1, epsilon=eps)
         for k, f in enumerate(sublayers):
             y, b = f(h)
-            gw, gb = self.norm_params(g, norms[k + 1], names[k + 1], last and k == K - 1)
+            gw, gb = self.norm_params(g, norms[k + 1], last and k == K - 1)
             h, _, _, x = g.op("SkipLayerNormalization", [y, x, gw, gb, *([b] if b else [])],
                               4, MS, epsilon=eps)  # fmt: skip
         return h
@@ -331,10 +333,9 @@ class Builder:
             sublayers.append(self._encoder_attention(g, layer.attn, f"enc.{i}.attn", mask32,
                                                      position_ids))  # fmt: skip
             sublayers.append(self.feed_forward(g, layer.ffn, f"enc.{i}.ffn"))
-        norms = self.norms(m.encoder, m.enc_norm)
-        names = self._norm_names("enc", m.encoder)
+        norms = self.norms("enc", m.encoder, m.enc_norm)
         pos = self.positions(g, position_ids)
-        memory = self.residual_stack(g, x, pos, sublayers, norms, names, last=False)
+        memory = self.residual_stack(g, x, pos, sublayers, norms, last=False)
         outs = io_names("encoder-decoder", self.cfg.n_decoder_layers)["encoder"]["outputs"]
         B, S = "batch", "src_len"
         for i, layer in enumerate(m.decoder):
@@ -345,18 +346,6 @@ class Builder:
                 t = g.op("Transpose", [t], perm=[0, 2, 1, 3])
                 g.output(t, out, TP.FLOAT, [B, self.H, S, self.D])
         return g
-
-    def _norm_names(self, prefix: str, layers) -> list[str]:
-        """Weight names of `norms`, in the same order."""
-        names = []
-        for i, layer in enumerate(layers):
-            names.append(f"{prefix}.{i}.attn_norm")
-            if getattr(layer, "res_cross", None) is not None:
-                names.append(f"{prefix}.{i}.cross_norm")
-            names.append(f"{prefix}.{i}.ffn_norm")
-        if self.cfg.norm == "pre":
-            names.append(f"{prefix}.final_norm")
-        return names
 
     def _encoder_attention(self, g: Graph, attn, name: str, mask32: str, position_ids: str):
         """Bidirectional self-attention with a key padding mask (MultiHeadAttention)."""
@@ -419,11 +408,10 @@ class Builder:
                 sublayers.append(self.cross_attention(g, layer.cross, f"dec.{i}.cross", cross_kv,
                                                       mask32))  # fmt: skip
             sublayers.append(self.feed_forward(g, layer.ffn, f"dec.{i}.ffn"))
-        norms = self.norms(layers, m.dec_norm if ed else m.norm)
+        norms = self.norms("dec", layers, m.dec_norm if ed else m.norm)
         h = self.residual_stack(
-            g, self.embedding(g, ids), self.positions(g, position_ids), sublayers, norms,
-            self._norm_names("dec", layers), last=True,
-        )  # fmt: skip
+            g, self.embedding(g, ids), self.positions(g, position_ids), sublayers, norms, last=True
+        )
         # the last real position of each row: the largest position id (padding has id 0)
         last = g.op("ArgMax", [position_ids], axis=1, keepdims=1)  # (B, 1)
         h_last = g.op("GatherND", [h, last], batch_dims=1)  # (B, C)
