@@ -110,7 +110,7 @@ def variant_files(pkg, variant: str) -> list[Path]:
     return [pkg.path / n for n in sorted({*entry.files.values(), entry.weights})]
 
 
-def load_our_runtime(job: Job, variant: str, device: str = "cpu") -> Runner:
+def load_our_runtime(job: Job, variant: str) -> Runner:
     import numpy as np
     import onnxruntime as ort
 
@@ -124,7 +124,7 @@ def load_our_runtime(job: Job, variant: str, device: str = "cpu") -> Runner:
         raise RuntimeError(f"package has no {variant} variant (it has {pkg.variants})")
     cls = Translator if job.shape.is_ed else Generator
     rt = cls(
-        pkg_path, variant=variant, provider=device, threads=job.threads,
+        pkg_path, variant=variant, provider="cpu", threads=job.threads,
         spinning=job.settings.spinning,
     )  # fmt: skip
     call = getattr(rt, "translate_ids" if job.shape.is_ed else "generate_ids")
@@ -134,12 +134,10 @@ def load_our_runtime(job: Job, variant: str, device: str = "cpu") -> Runner:
 
     encode = None
     if job.shape.is_ed:  # a session of our own on the variant's encoder graph
-        providers = ["CPUExecutionProvider"]
-        if device == "cuda":
-            providers.insert(0, "CUDAExecutionProvider")
         enc = ort.InferenceSession(
-            str(pkg.file("encoder", variant)), ort_options(job.threads), providers=providers
-        )
+            str(pkg.file("encoder", variant)), ort_options(job.threads),
+            providers=["CPUExecutionProvider"],
+        )  # fmt: skip
         pad = pkg.config.special_tokens.pad_id
 
         def encode(ids):

@@ -61,7 +61,7 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
                     ("torch",))]  # fmt: skip
     variants = _variants()
     for v in variants:
-        load = partial(runners.load_our_runtime, variant=v, device="cpu")
+        load = partial(runners.load_our_runtime, variant=v)
         stacks.append(Stack(f"edgeformer-{v}", "ours", v, ours, _build_package, load, variant=v))
     # no -cuda stacks of ours: the runtime decodes on the CPU provider (runtime.api.cpu_only)
 

@@ -37,10 +37,6 @@ def _log(verbose: bool, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def _mb(path: Path) -> str:
-    return f"{path.stat().st_size / 1e6:.1f} MB"
-
-
 def check_variants(variants: str | list[str] | tuple[str, ...]) -> list[str]:
     """Validate variant names (a list, or a comma-separated string) -> list without repeats."""
     if isinstance(variants, str):

@@ -178,7 +178,7 @@ class Model:
         for graph in graph_names(family):
             spin = SPINNING[graph] if spinning is None else spinning
             try:
-                sess, provider = create_session(pkg.file(graph, variant), provider, threads, spin)
+                sess = create_session(pkg.file(graph, variant), threads, spin)
             except ValueError:
                 raise
             except Exception as e:  # onnxruntime refused the graph (corrupt, escaping data, ...)
@@ -197,7 +197,7 @@ class Model:
                     f"the package contract (inputs {inputs}, outputs {outputs})"
                 )
             self.graphs[graph] = Graph(sess)
-        self.provider = provider  # "cuda" or "cpu": what the sessions really run on
+        self.provider = provider  # "cpu": what the sessions run on
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -1,8 +1,7 @@
-"""onnxruntime sessions: provider choice (auto / cpu / cuda), threads and spinning.
+"""onnxruntime sessions: the one session factory (CPU provider), threads and spinning.
 
-`auto` takes CUDA only when the CUDA provider really runs: `get_available_providers()` lists
-CUDA whenever onnxruntime-gpu is installed, even without the CUDA libraries, and such a session
-silently runs on CPU, so the created session's `get_providers()` decides.
+Packages decode on the CPU provider (runtime.api.cpu_only says why); PROVIDERS are the names a
+caller may ask for.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import os
 import onnxruntime as ort
 
 PROVIDERS = ("auto", "cpu", "cuda")
-CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+CPU = "CPUExecutionProvider"
 
 
 # Which sessions' idle intra-op threads spin by default: the decoder's, called step after step,
@@ -34,29 +33,12 @@ def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOp
         so.intra_op_num_threads = threads
     spin = bool(spinning)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-    so.log_severity_level = 3  # errors only (a missing CUDA library is reported by us)
+    so.log_severity_level = 3  # errors only
     return so
 
 
 def create_session(
-    path: str | os.PathLike,
-    provider: str = "auto",
-    threads: int | None = None,
-    spinning: bool | None = None,
-) -> tuple[ort.InferenceSession, str]:
-    """(session, "cuda" | "cpu"). provider="cuda" that cannot really run raises ValueError."""
-    if provider not in PROVIDERS:
-        raise ValueError(f"provider={provider!r}, expected one of {PROVIDERS}")
-    so = session_options(threads, spinning)
-    if provider != "cpu" and CUDA in ort.get_available_providers():
-        sess = ort.InferenceSession(str(path), so, providers=[CUDA, CPU])
-        if CUDA in sess.get_providers():
-            return sess, "cuda"
-    if provider == "cuda":
-        raise ValueError(
-            "provider 'cuda' was asked for but the CUDA execution provider does not run here "
-            f"(onnxruntime {ort.__version__}, available: {ort.get_available_providers()}); "
-            "install edgeformer[gpu] (onnxruntime-gpu, not beside onnxruntime) with CUDA and "
-            "cuDNN, or use --provider cpu"
-        )
-    return ort.InferenceSession(str(path), so, providers=[CPU]), "cpu"
+    path: str | os.PathLike, threads: int | None = None, spinning: bool | None = None
+) -> ort.InferenceSession:
+    """A CPU-provider session over the graph at `path`."""
+    return ort.InferenceSession(str(path), session_options(threads, spinning), providers=[CPU])
