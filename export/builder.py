@@ -7,20 +7,25 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
   `present.*` are the same buffer when the runtime binds them so);
 - cross-attention is one `MultiHeadAttention` over cross K/V that the encoder graph computes
   once, in (B, H, S, D) layout;
-- every residual + LayerNorm is one `SkipLayerNormalization` that also adds the sublayer's
-  output bias; GELU with its bias is one `BiasGelu`;
-- the decoder returns logits for the last position of each row only, (B, V);
+- every residual + LayerNorm is one `SkipLayerNormalization` (RMSNorm: `SkipSimplified-
+  LayerNormalization`) that also adds the sublayer's output bias; GELU with its bias is one
+  `BiasGelu` (tanh approximation: `FastGelu`); SwiGLU is one packed gate/up projection, Split,
+  and silu(gate) * up; an ungated SiLU (Marian's swish) is `QuickGelu` with alpha 1;
+- grouped-query attention: the cache buffers hold the G key/value heads (kv_num_heads);
+- the decoder returns logits for the last position of each row only, (B, V), plus the logits
+  bias when the model has one (the head's Gemm / MatMulNBits bias);
 - linear layers are MatMul (float) or `MatMulNBits` (4/8-bit weights, bias fused); the embedding
   is a Gather or a `GatherBlockQuantized` that shares its table with a tied output projection.
 
-Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, D head dim, V vocab.
+Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, G key/value heads,
+D head dim, V vocab.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -33,6 +38,15 @@ IR_VERSION = 10  # onnxruntime 1.20+ reads it
 
 def _f32(t) -> np.ndarray:
     return t.detach().float().cpu().numpy().astype(np.float32)
+
+
+def _packed(*linears) -> SimpleNamespace:
+    """Linear layers over the same input as one (weight, bias): one MatMul, then a Split."""
+    import torch
+
+    biases = [m.bias for m in linears]
+    bias = None if biases[0] is None else torch.cat(biases)
+    return SimpleNamespace(weight=torch.cat([m.weight for m in linears]), bias=bias)
 
 
 @dataclass
@@ -114,10 +128,12 @@ class Builder:
     def __init__(self, model, spec: VariantSpec, inits: dict[str, np.ndarray]):
         self.model, self.cfg, self.spec, self.inits = model, model.cfg, spec, inits
         c = self.cfg
-        self.H, self.D, self.C = c.n_heads, c.head_dim, c.d_model
+        self.H, self.G, self.D, self.C = c.n_heads, c.kv_heads, c.head_dim, c.d_model
         self.tied = c.tie_embeddings
-        # sqrt(C) embedding scale folded into the table; a tied head divides it out again
-        self.table = _f32(model.embed.weight) * np.float32(math.sqrt(c.d_model))
+        self.rms = c.norm_type == "rmsnorm"
+        # the embedding scale (sqrt(C), or 1) folded into the table; a tied head divides it out
+        self.scale = float(model.embed.scale)
+        self.table = _f32(model.embed.weight) * np.float32(self.scale)
 
     # -- weights -------------------------------------------------------------------------------
     def _nbits(self, g: Graph, name: str, w_nk: np.ndarray, bits: int) -> tuple[str, str]:
@@ -174,19 +190,23 @@ class Builder:
         )  # fmt: skip
 
     def head(self, g: Graph, h: str) -> str:
-        """(B, C) -> logits (B, V). A tied head reuses the (scaled) embedding table."""
+        """(B, C) -> logits (B, V). A tied head reuses the (scaled) embedding table; the
+        logits bias (Marian) is the Gemm's / MatMulNBits' bias."""
         bits = self.spec.head_bits
         w = self.table if self.tied else _f32(self.model.lm_head.weight)
         name = "embed" if self.tied else "lm_head"
+        bias = []
+        if self.cfg.logits_bias:
+            bias = [g.weight("logits.bias", _f32(self.model.logits_bias))]
         if bits:
             packed, scales = self._nbits(g, name, w, bits)
             return g.op(
-                "MatMulNBits", [h, packed, scales], domain=MS, K=w.shape[1], N=w.shape[0],
-                bits=bits, block_size=self.spec.block_size,
-                accuracy_level=self.spec.accuracy_level,
+                "MatMulNBits", [h, packed, scales, *(["", ""] + bias if bias else [])],
+                domain=MS, K=w.shape[1], N=w.shape[0], bits=bits,
+                block_size=self.spec.block_size, accuracy_level=self.spec.accuracy_level,
             )  # fmt: skip
         table = g.weight("embed.table" if self.tied else "lm_head.weight", w)
-        return g.op("Gemm", [h, table], transB=1)
+        return g.op("Gemm", [h, table, *bias], transB=1)
 
     # -- blocks --------------------------------------------------------------------------------
     def norms(self, prefix: str, layers, final) -> list[tuple[object, str]]:
@@ -202,14 +222,27 @@ class Builder:
             out.append((final, f"{prefix}.final_norm"))
         return out
 
-    def norm_params(self, g: Graph, norm_and_name, last: bool) -> tuple[str, str]:
+    def norm_params(self, g: Graph, norm_and_name, last: bool) -> list[str]:
+        """[gamma, beta] of a LayerNorm, [gamma] of an RMSNorm."""
         norm, name = norm_and_name
-        gamma, beta = _f32(norm.weight), _f32(norm.bias)
-        if last and self.tied:  # the head multiplies by the sqrt(C)-scaled table: divide it out
-            s = np.float32(1.0 / math.sqrt(self.C))
-            gamma, beta = gamma * s, beta * s
+        params = {"weight": _f32(norm.weight)}
+        if getattr(norm, "bias", None) is not None:
+            params["bias"] = _f32(norm.bias)
+        if last and self.tied and self.scale != 1.0:  # the head multiplies by the scaled table
+            s = np.float32(1.0 / self.scale)
+            params = {k: v * s for k, v in params.items()}
             name += ".head"
-        return g.weight(f"{name}.weight", gamma), g.weight(f"{name}.bias", beta)
+        return [g.weight(f"{name}.{k}", v) for k, v in params.items()]
+
+    def norm(self, g: Graph, x: str, params: list[str]) -> str:
+        op = "SimplifiedLayerNormalization" if self.rms else "LayerNormalization"
+        return g.op(op, [x, *params], axis=-1, epsilon=self.cfg.layer_norm_eps)
+
+    def skip_norm(self, g: Graph, y: str, x: str, params: list[str], bias: str | None, n_out=1):
+        """norm(y + x + bias); with n_out=4 the outputs are (normed, _, _, the sum)."""
+        op = "SkipSimplifiedLayerNormalization" if self.rms else "SkipLayerNormalization"
+        ins = [y, x, *params, *([bias] if bias else [])]
+        return g.op(op, ins, n_out, MS, epsilon=self.cfg.layer_norm_eps)
 
     def residual_stack(self, g: Graph, x: str, pos: str | None, sublayers, norms, last: bool):
         """Run sublayers f_k(h) -> (y, bias) with residuals and LayerNorms; returns the output.
@@ -217,27 +250,23 @@ class Builder:
         post-LN: x = LN_k(x + f_k(x) + b);   pre-LN: h = LN_k(x); x = x + f_k(h) + b; ...; LN_final.
         `pos` (the position vectors, or None) is added to the token vectors x first.
         """
-        eps = self.cfg.layer_norm_eps
         K = len(sublayers)
         if self.cfg.norm == "post":
             if pos is not None:
                 x = g.op("Add", [x, pos])
             for k, f in enumerate(sublayers):
                 y, b = f(x)
-                gw, gb = self.norm_params(g, norms[k], last and k == K - 1)
-                x = g.op("SkipLayerNormalization", [y, x, gw, gb, *([b] if b else [])],
-                         domain=MS, epsilon=eps)  # fmt: skip
+                x = self.skip_norm(g, y, x, self.norm_params(g, norms[k], last and k == K - 1), b)
             return x
-        gw, gb = self.norm_params(g, norms[0], False)
+        params = self.norm_params(g, norms[0], False)
         if pos is not None:
-            h, _, _, x = g.op("SkipLayerNormalization", [x, pos, gw, gb], 4, MS, epsilon=eps)
+            h, _, _, x = self.skip_norm(g, x, pos, params, None, 4)
         else:
-            h = g.op("LayerNormalization", [x, gw, gb], axis=-1, epsilon=eps)
+            h = self.norm(g, x, params)
         for k, f in enumerate(sublayers):
             y, b = f(h)
-            gw, gb = self.norm_params(g, norms[k + 1], last and k == K - 1)
-            h, _, _, x = g.op("SkipLayerNormalization", [y, x, gw, gb, *([b] if b else [])],
-                              4, MS, epsilon=eps)  # fmt: skip
+            params = self.norm_params(g, norms[k + 1], last and k == K - 1)
+            h, _, _, x = self.skip_norm(g, y, x, params, b, 4)
         return h
 
     def positions(self, g: Graph, position_ids: str) -> str | None:
@@ -250,17 +279,18 @@ class Builder:
         return g.weight("rotary.cos", _f32(r.cos)), g.weight("rotary.sin", _f32(r.sin))
 
     def rotate(self, g: Graph, tensors, position_ids: str) -> list[str]:
-        """Rotary positions on (B, T, C) tensors ('rotate half' layout)."""
+        """Rotary positions on (B, T, heads x D) tensors, given as (tensor, heads) pairs
+        ('rotate half' layout)."""
         cos, sin = self.rotary_caches(g)
         return [
             g.op(
                 "RotaryEmbedding",
                 [t, position_ids, cos, sin],
                 domain=MS,
-                num_heads=self.H,
+                num_heads=heads,
                 interleaved=0,
             )  # fmt: skip
-            for t in tensors
+            for t, heads in tensors
         ]
 
     def self_attention(self, g: Graph, attn, name: str, cache, lengths, position_ids: str):
@@ -274,13 +304,14 @@ class Builder:
             qkv, _ = self.linear(g, h, attn.qkv, f"{name}.qkv")
             qkv = [qkv, "", ""]  # packed Q, K, V
             if rotary and not fused_rotary:
-                q, k, v = g.op("Split", [qkv[0]], 3, axis=-1, num_outputs=3)
-                qkv = [*self.rotate(g, (q, k), position_ids), v]
+                sizes = g.const([self.H * self.D, self.G * self.D, self.G * self.D])
+                q, k, v = g.op("Split", [qkv[0], sizes], 3, axis=-1)
+                qkv = [*self.rotate(g, ((q, self.H), (k, self.G)), position_ids), v]
             ins = [*qkv, cache[0], cache[1], seqlens_k, total]
             if fused_rotary:
                 ins += list(self.rotary_caches(g))
             y, pk, pv = g.op(
-                "GroupQueryAttention", ins, 3, MS, num_heads=self.H, kv_num_heads=self.H,
+                "GroupQueryAttention", ins, 3, MS, num_heads=self.H, kv_num_heads=self.G,
                 do_rotary=int(fused_rotary), rotary_interleaved=0,
             )  # fmt: skip
             self.presents += [pk, pv]
@@ -303,10 +334,23 @@ class Builder:
         return f
 
     def feed_forward(self, g: Graph, ffn, name: str):
+        act = self.cfg.activation
+
         def f(h):
-            if self.cfg.activation == "gelu":
+            if act == "swiglu":  # silu(gate) * up, gate and up in one MatMul
+                gate_up, _ = self.linear(g, h, _packed(ffn.gate, ffn.up), f"{name}.gate_up")
+                gate, up = g.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
+                silu = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+                u = g.op("Mul", [silu, up])
+            elif act == "gelu":
                 u, b = self.linear(g, h, ffn.up, f"{name}.up", add_bias=False)
                 u = g.op("BiasGelu", [u, b], domain=MS) if b else g.op("Gelu", [u])
+            elif act == "gelu_tanh":  # FastGelu: the tanh approximation (GPT-2's gelu_new)
+                u, b = self.linear(g, h, ffn.up, f"{name}.up", add_bias=False)
+                u = g.op("FastGelu", [u, *([b] if b else [])], domain=MS)
+            elif act == "silu":  # QuickGelu: x * sigmoid(alpha x), alpha 1 (Marian's swish)
+                u, _ = self.linear(g, h, ffn.up, f"{name}.up")
+                u = g.op("QuickGelu", [u], domain=MS, alpha=1.0)
             else:
                 u, _ = self.linear(g, h, ffn.up, f"{name}.up")
                 u = g.op("Relu", [u])
@@ -355,7 +399,7 @@ class Builder:
             qkv, b = self.linear(g, h, attn.qkv, f"{name}.qkv", add_bias=rotary)
             q, k, v = g.op("Split", [qkv], 3, axis=-1, num_outputs=3)
             if rotary:
-                q, k = self.rotate(g, (q, k), position_ids)
+                q, k = self.rotate(g, ((q, self.H), (k, self.H)), position_ids)
             y = g.op("MultiHeadAttention", [q, k, v, b or "", mask32], domain=MS, num_heads=self.H)
             return self.linear(g, y, attn.out, f"{name}.out", add_bias=False)
 
@@ -398,7 +442,7 @@ class Builder:
             else:
                 self_kv, cross_kv = [p for p in past if p.startswith(f"past_key_values.{i}.")], []
             for p in self_kv:
-                g.input(p, TP.FLOAT, [B, self.H, M, self.D])
+                g.input(p, TP.FLOAT, [B, self.G, M, self.D])
             sublayers.append(
                 self.self_attention(g, layer.attn, f"dec.{i}.attn", self_kv, lengths, position_ids)
             )
@@ -418,7 +462,7 @@ class Builder:
         g.output(self.head(g, h_last), "logits", TP.FLOAT, [B, cfg.vocab_size])
         presents = [n for n in names["outputs"] if n != "logits"]
         for value, out in zip(self.presents, presents):
-            g.output(value, out, TP.FLOAT, [B, self.H, M, self.D])
+            g.output(value, out, TP.FLOAT, [B, self.G, M, self.D])
         return g
 
 

@@ -1,7 +1,9 @@
 """`edgeformer export CHECKPOINT OUT_DIR [--quantize int8,int4] [--force]`.
 
 CHECKPOINT may also be a training run folder (OUT of `edgeformer train`: best/, averaged/,
-log.jsonl): the checkpoint with the lower validation loss in the run's final record is exported.
+log.jsonl): the checkpoint with the lower validation loss in the run's final record is exported;
+or a Hugging Face model folder (see `edgeformer convert`): it is converted into a temporary
+checkpoint first, which the parity check then compares against.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 from ..runtime.package import VARIANTS
@@ -18,7 +21,8 @@ from ..runtime.package import VARIANTS
 def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> None:
     parser.add_argument(
         "checkpoint",
-        help="checkpoint folder, or a training run folder (its best/ or averaged/, lower val loss)",
+        help="checkpoint folder, a training run folder (its best/ or averaged/, lower val loss) "
+        "or a Hugging Face model folder (edgeformer convert)",
     )
     parser.add_argument("out_dir", help="model package folder to create")
     parser.add_argument(
@@ -73,6 +77,17 @@ def pick_checkpoint(path: str) -> tuple[str, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..models.hf import convert_hf, is_hf_model_dir
+
+    if not is_hf_model_dir(args.checkpoint):
+        return export_and_verify(args)
+    with tempfile.TemporaryDirectory(prefix="edgeformer-convert-") as tmp:
+        hf = args.checkpoint
+        args.checkpoint = str(convert_hf(hf, Path(tmp) / "checkpoint", verbose=not args.quiet))
+        return export_and_verify(args)
+
+
+def export_and_verify(args: argparse.Namespace) -> int:
     from .exporter import check_variants, export_package
 
     variants = ["fp32", *check_variants(args.quantize)]

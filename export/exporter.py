@@ -16,10 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..models.checkpoint import TOKENIZER, load_checkpoint
+from ..models.checkpoint import SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
 from ..runtime.package import (
     CONFIG_FILE,
+    GOLDEN_FILE,
     PACKAGE_FORMAT,
+    SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
     VARIANT_SPECS,
     PackageConfig,
@@ -30,6 +32,7 @@ from ..runtime.package import (
     write_graphs,
 )
 from .builder import OPSET, build_graphs
+from .verify import golden_record
 
 
 def _log(verbose: bool, msg: str) -> None:
@@ -133,6 +136,10 @@ def export_package(
     try:
         t0 = time.perf_counter()
         shutil.copyfile(checkpoint_dir / TOKENIZER, tmp / TOKENIZER_FILE)
+        tokenizers = [TOKENIZER_FILE]
+        if (checkpoint_dir / SOURCE_TOKENIZER).is_file():  # sources with their own (Marian)
+            shutil.copyfile(checkpoint_dir / SOURCE_TOKENIZER, tmp / SOURCE_TOKENIZER_FILE)
+            tokenizers.append(SOURCE_TOKENIZER_FILE)
         entries: dict[str, VariantEntry] = {}
         with torch.no_grad():
             for variant in variants:
@@ -144,7 +151,9 @@ def export_package(
                 entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
                 size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
                 _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
-        listed = [TOKENIZER_FILE]
+        golden = golden_record(model)
+        (tmp / GOLDEN_FILE).write_text(json.dumps(golden.to_json()))
+        listed = [*tokenizers, GOLDEN_FILE]
         for entry in entries.values():
             listed += [*entry.files.values(), entry.weights]
         config = PackageConfig(

@@ -16,7 +16,9 @@ import numpy as np
 def random_batch(cfg, batch: int, length: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Random ids (B, L), right-padded, and their 1/0 mask, with varied lengths."""
     rng = np.random.default_rng(seed)
-    ids = rng.integers(max(cfg.pad_id, cfg.bos_id, cfg.eos_id) + 1, cfg.vocab_size, (batch, length))
+    # any id but the special ones (which need not be the lowest: GPT-2's EOS is its last id)
+    allowed = np.setdiff1d(np.arange(cfg.vocab_size), [cfg.pad_id, cfg.bos_id, cfg.eos_id])
+    ids = allowed[rng.integers(0, len(allowed), (batch, length))]
     lengths = rng.integers(max(1, length // 2), length + 1, batch)
     lengths[0] = length
     mask = np.arange(length)[None, :] < lengths[:, None]
@@ -32,45 +34,67 @@ def _left_padded(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndar
     return out, out_mask
 
 
-def compare(
-    model, package, variant: str = "fp32", batch: int = 2, length: int = 7, steps: int = 6, seed=0
-) -> list[float]:
-    """Max abs logit difference (PyTorch vs the package) at each of 1 + `steps` decoder calls."""
+def torch_greedy(model, ids: np.ndarray, mask: np.ndarray, steps: int) -> list[np.ndarray]:
+    """PyTorch's last-position logits (B, V) at each of 1 + `steps` decoder calls on right-padded
+    inputs (sources, or prompts); each call's argmax is the next call's token."""
     import torch
 
-    from ..runtime.api import Model
-    from ..runtime.steppers import start_decoder_only, start_encoder_decoder
+    cfg, batch = model.cfg, len(ids)
+    out: list[np.ndarray] = []
 
-    cfg = model.cfg
-    runtime = Model(package.path, cfg.family, variant, provider="cpu", threads=1)
-    ids, mask = random_batch(cfg, batch, length, seed)
-    diffs = []
-
-    def diff(ref: torch.Tensor, got: np.ndarray) -> torch.Tensor:
-        diffs.append(float(np.abs(ref[:, -1].numpy() - got).max()))
-        return ref[:, -1].argmax(-1, keepdim=True)  # (B, 1) next token, chosen by PyTorch
+    def keep(logits: torch.Tensor) -> torch.Tensor:
+        out.append(logits[:, -1].float().numpy())
+        return logits[:, -1].argmax(-1, keepdim=True)  # (B, 1) the next token
 
     with torch.no_grad():
         if cfg.family == "encoder-decoder":
             t_mask = torch.from_numpy(mask)
             cross = model.cross_kv(model.encode(torch.from_numpy(ids), t_mask))
-            stepper, first = start_encoder_decoder(runtime.graphs, runtime.config, ids, mask, steps)
             tok = torch.full((batch, 1), cfg.bos_id, dtype=torch.long)
             logits, cache = model.decode(tok, cross, t_mask)
-            tok = diff(logits, first)
             for _ in range(steps):
-                logits, cache = model.decode(tok, cross, t_mask, cache)
-                tok = diff(logits, stepper.step(tok[:, 0].numpy()))
+                logits, cache = model.decode(keep(logits), cross, t_mask, cache)
         else:
             left, left_mask = (torch.from_numpy(a) for a in _left_padded(ids, mask))
-            stepper, first = start_decoder_only(runtime.graphs, runtime.config, ids, mask, steps)
             logits, cache = model(left, left_mask)
-            tok = diff(logits, first)
             for _ in range(steps):
                 left_mask = torch.cat((left_mask, torch.ones(batch, 1, dtype=torch.long)), 1)
-                logits, cache = model(tok, left_mask, cache)
-                tok = diff(logits, stepper.step(tok[:, 0].numpy()))
-    return diffs
+                logits, cache = model(keep(logits), left_mask, cache)
+        keep(logits)
+    return out
+
+
+def compare(
+    model, package, variant: str = "fp32", batch: int = 2, length: int = 7, steps: int = 6, seed=0
+) -> list[float]:
+    """Max abs logit difference (PyTorch vs the package) at each of 1 + `steps` decoder calls:
+    the package is fed PyTorch's tokens through the runtime's own step loop."""
+    from ..runtime.api import Model
+    from ..runtime.session import SessionSettings
+    from ..runtime.verify import forced_logits
+
+    cfg = model.cfg
+    runtime = Model(package.path, cfg.family, variant, "cpu", SessionSettings(threads=1))
+    ids, mask = random_batch(cfg, batch, length, seed)
+    ref = torch_greedy(model, ids, mask, steps)
+    got = forced_logits(runtime, ids, mask, [r.argmax(-1) for r in ref[:-1]])
+    return [float(np.abs(a - b).max()) for a, b in zip(ref, got)]
+
+
+def golden_record(model, batch: int = 3, length: int = 9, steps: int = 15, k: int = 16, seed=1):
+    """PyTorch's greedy run on fixed random inputs, stored in a package for `edgeformer verify`:
+    the inputs, the token chosen at each decoder call and the k largest logits there."""
+    from ..runtime.package import Golden
+
+    ids, mask = random_batch(model.cfg, batch, length, seed)
+    ref = torch_greedy(model, ids, mask, steps)
+    top = [np.argsort(-r, axis=-1, kind="stable")[:, :k] for r in ref]
+    return Golden(
+        inputs=[row[: int(m.sum())].tolist() for row, m in zip(ids, mask)],
+        tokens=[r.argmax(-1).tolist() for r in ref],
+        top_ids=[t.tolist() for t in top],
+        top_logits=[np.take_along_axis(r, t, -1).tolist() for r, t in zip(ref, top)],
+    )
 
 
 def verify_package(

@@ -2,7 +2,9 @@
 
 - `model.safetensors`: weights (tied embeddings stored once)
 - `config.json`: {"format": "edgeformer-checkpoint", "model": {ModelConfig}, "task": ..., ...}
-- `tokenizer.json`: the `tokenizers` tokenizer the model was trained with
+- `tokenizer.json`: the `tokenizers` tokenizer the model was trained with (its target side)
+- `source_tokenizer.json` (optional): the tokenizer of the sources, when they have their own
+  (a converted Marian model: source.spm and target.spm); absent, sources use tokenizer.json
 - `train_state.*`: optimizer / scheduler state for resuming (written by edgeformer.train)
 """
 
@@ -24,6 +26,7 @@ from .transformer import DecoderOnly, EncoderDecoder, build_model
 
 CHECKPOINT_FORMAT = "edgeformer-checkpoint"
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
+SOURCE_TOKENIZER = "source_tokenizer.json"  # optional
 
 
 def current_umask() -> int:
@@ -66,8 +69,10 @@ def save_checkpoint(
     tokenizer_json: str | os.PathLike,
     meta: dict | None = None,
     extra: Callable[[Path], None] | None = None,
+    source_tokenizer_json: str | os.PathLike | None = None,
 ) -> Path:
-    """Write model + config + tokenizer to `path` atomically (temp folder, then rename).
+    """Write model + config + tokenizer (+ the source tokenizer, when the sources have their
+    own) to `path` atomically (temp folder, then rename).
 
     `extra(folder)` may write more files (the training state) into the folder before it is
     renamed into place; if it fails, nothing is left and an older `path` is kept intact."""
@@ -79,6 +84,8 @@ def save_checkpoint(
         config = {"format": CHECKPOINT_FORMAT, "model": model.cfg.to_dict(), **(meta or {})}
         (tmp / CONFIG).write_text(json.dumps(config, indent=2))
         shutil.copyfile(tokenizer_json, tmp / TOKENIZER)
+        if source_tokenizer_json is not None:
+            shutil.copyfile(source_tokenizer_json, tmp / SOURCE_TOKENIZER)
         if extra is not None:
             extra(tmp)
         follow_umask(tmp)

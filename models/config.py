@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 FAMILIES = ("encoder-decoder", "decoder-only")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "silu")  # gelu_tanh: GPT-2's "gelu_new"
 NORMS = ("post", "pre")
+NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONALS = ("sinusoidal", "learned", "rotary")
+SINUSOID_LAYOUTS = ("interleaved", "split")
 
 
 @dataclass
@@ -19,13 +21,23 @@ class ModelConfig:
     n_encoder_layers: int = 3  # ignored by decoder-only
     n_decoder_layers: int = 3
     d_ff: int = 1024
-    activation: str = "relu"  # "relu" | "gelu"
+    activation: str = "relu"  # "relu" | "gelu" | "gelu_tanh" | "swiglu" (gated SiLU, Llama)
+    #   | "silu" (x * sigmoid(x), ungated: Marian's "swish")
     norm: str = "post"  # "post" (the paper) | "pre"
+    norm_type: str = "layernorm"  # "layernorm" | "rmsnorm" (no mean, no bias: Llama)
     positional: str = "sinusoidal"  # "sinusoidal" | "learned" | "rotary"
+    # sinusoids: "interleaved" (sin, cos of each frequency side by side: the paper) or "split"
+    # (all sines, then all cosines: Marian)
+    sinusoid_layout: str = "interleaved"
     max_len: int = 256  # longest sequence (source, target or context) the model accepts
     dropout: float = 0.1
     tie_embeddings: bool = True  # output projection shares the token embedding matrix
-    layer_norm_eps: float = 1e-5
+    layer_norm_eps: float = 1e-5  # epsilon of every norm (LayerNorm or RMSNorm)
+    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None = n_heads
+    rope_theta: float = 10000.0  # rotary base
+    scale_embeddings: bool = True  # token vectors times sqrt(d_model) (the paper; not GPT-2)
+    bias: bool = True  # linear layers have biases (norms keep theirs)
+    logits_bias: bool = False  # a learned bias added to the logits (Marian's final_logits_bias)
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -40,8 +52,12 @@ class ModelConfig:
             bad(f"activation={self.activation!r}, expected one of {ACTIVATIONS}")
         if self.norm not in NORMS:
             bad(f"norm={self.norm!r}, expected one of {NORMS}")
+        if self.norm_type not in NORM_TYPES:
+            bad(f"norm_type={self.norm_type!r}, expected one of {NORM_TYPES}")
         if self.positional not in POSITIONALS:
             bad(f"positional={self.positional!r}, expected one of {POSITIONALS}")
+        if self.sinusoid_layout not in SINUSOID_LAYOUTS:
+            bad(f"sinusoid_layout={self.sinusoid_layout!r}, expected one of {SINUSOID_LAYOUTS}")
         for name in ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "d_ff", "max_len"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(f"{name}={getattr(self, name)!r} must be a positive integer")
@@ -49,6 +65,13 @@ class ModelConfig:
             bad(f"n_encoder_layers={self.n_encoder_layers} must be >= 1 for an encoder-decoder")
         if self.d_model % self.n_heads:
             bad(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        kv = self.n_kv_heads
+        if kv is not None and (not isinstance(kv, int) or kv < 1 or self.n_heads % kv):
+            bad(f"n_kv_heads={kv!r} must be a positive divisor of n_heads={self.n_heads}")
+        if kv not in (None, self.n_heads) and self.family == "encoder-decoder":
+            bad(f"n_kv_heads={kv} (grouped-query attention) is supported for decoder-only models")
+        if not self.rope_theta > 0:
+            bad(f"rope_theta={self.rope_theta} must be > 0")
         if self.positional == "sinusoidal" and self.d_model % 2:
             bad(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
         if self.positional == "rotary" and self.head_dim % 2:
@@ -59,12 +82,23 @@ class ModelConfig:
         for name, value in ids.items():
             if not 0 <= value < self.vocab_size:
                 bad(f"{name}={value} is outside the vocabulary (size {self.vocab_size})")
-        if len(set(ids.values())) != 3:
-            bad(f"pad_id, bos_id and eos_id must differ, got {ids}")
+        # encoder-decoder: the decoder starts from bos_id, which may be the padding id (Marian:
+        # padding is always masked, never chosen); eos_id differs from both
+        if self.family == "encoder-decoder" and self.eos_id in (self.pad_id, self.bos_id):
+            bad(f"eos_id must differ from pad_id and bos_id, got {ids}")
+        # decoder-only: padding is masked and never chosen, so pad_id and bos_id may equal eos_id
+        # (GPT-2: 50256 is all three); otherwise they differ
+        if self.family == "decoder-only" and self.pad_id == self.bos_id != self.eos_id:
+            bad(f"pad_id and bos_id must differ unless both equal eos_id, got {ids}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_heads, or n_heads when None (plain multi-head attention)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     def to_dict(self) -> dict:
         return asdict(self)

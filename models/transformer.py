@@ -1,9 +1,9 @@
 """The two model families: EncoderDecoder (translation) and DecoderOnly (language model).
 
 Incremental decoding is explicit. A decoder call takes the new token(s) and a cache (a list of
-(k, v) per layer, each (B, H, past, D)) and returns logits and the updated cache; the
-encoder-decoder also takes the cross-attention (k, v) per layer, projected once from the encoder
-output by `cross_kv`. The ONNX graphs (edgeformer.export) mirror exactly these calls.
+(k, v) per layer, each (B, G, past, D), G the key/value heads) and returns logits and the updated
+cache; the encoder-decoder also takes the cross-attention (k, v) per layer, projected once from
+the encoder output by `cross_kv`. The ONNX graphs (edgeformer.export) mirror exactly these calls.
 """
 
 from __future__ import annotations
@@ -12,7 +12,15 @@ import torch
 import torch.nn as nn
 
 from .config import ModelConfig
-from .layers import KV, AbsolutePositions, DecoderLayer, EncoderLayer, Rotary, TokenEmbedding
+from .layers import (
+    KV,
+    AbsolutePositions,
+    DecoderLayer,
+    EncoderLayer,
+    Rotary,
+    TokenEmbedding,
+    make_norm,
+)
 
 
 def causal_mask(t: int, s: int, device=None) -> torch.Tensor:
@@ -49,6 +57,8 @@ class _Base(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         if not cfg.tie_embeddings:
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.logits_bias:  # added to every logit vector (Marian's final_logits_bias)
+            self.logits_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def _init_weights(self) -> None:
         for m in self.modules():
@@ -64,9 +74,8 @@ class _Base(nn.Module):
         return self.drop(x)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, V)
-        if self.cfg.tie_embeddings:
-            return h @ self.embed.weight.t()
-        return self.lm_head(h)
+        logits = h @ self.embed.weight.t() if self.cfg.tie_embeddings else self.lm_head(h)
+        return logits + self.logits_bias if self.cfg.logits_bias else logits
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -84,8 +93,8 @@ class EncoderDecoder(_Base):
             DecoderLayer(cfg, cross=True) for _ in range(cfg.n_decoder_layers)
         )
         pre = cfg.norm == "pre"
-        self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
-        self.dec_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
+        self.enc_norm = make_norm(cfg) if pre else nn.Identity()
+        self.dec_norm = make_norm(cfg) if pre else nn.Identity()
         self._init_weights()
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -111,7 +120,7 @@ class EncoderDecoder(_Base):
         tgt: torch.Tensor,  # (B, T) new target ids
         cross_kv: list[KV],
         src_mask: torch.Tensor,  # (B, S)
-        cache: list[KV] | None = None,  # self-attention (k, v) per layer, (B, H, past, D)
+        cache: list[KV] | None = None,  # self-attention (k, v) per layer, (B, G, past, D)
     ) -> tuple[torch.Tensor, list[KV]]:
         """Logits (B, T, V) for the new tokens and the updated self-attention cache."""
         past = 0 if cache is None else cache[0][0].shape[2]
@@ -150,7 +159,7 @@ class DecoderOnly(_Base):
             DecoderLayer(cfg, cross=False) for _ in range(cfg.n_decoder_layers)
         )
         pre = cfg.norm == "pre"
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
+        self.norm = make_norm(cfg) if pre else nn.Identity()
         self._init_weights()
 
     def forward(

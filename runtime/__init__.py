@@ -1,6 +1,13 @@
 """The edge runtime: runs a model package with numpy, onnxruntime and tokenizers only."""
 
-from .api import Generator, ScoringResult, Translator
+from .api import (
+    GenerationResult,
+    Generator,
+    ScoringResult,
+    TextHypothesis,
+    TranslationResult,
+    Translator,
+)
 from .decoding import GenerationOptions
 from .package import PackageError, load_package
 
@@ -9,6 +16,9 @@ __all__ = [
     "Generator",
     "GenerationOptions",
     "ScoringResult",
+    "TranslationResult",
+    "GenerationResult",
+    "TextHypothesis",
     "load_package",
     "PackageError",
 ]

@@ -5,6 +5,9 @@
     t.translate_batch(texts, num_beams=4)          # any decoding.GenerationOptions field
     g = Generator("packages/shakespeare")
     for piece in g.stream("ROMEO:", sampling=True, top_p=0.9, seed=0): print(piece, end="")
+    t.translate_results(texts, target_prefix=["Ein", None], return_alternatives=True,
+                        num_hypotheses=3)              # TranslationResult per text
+    g.generate_results(prompts, sampling=True, num_hypotheses=4, seed=0, stop=["\\n\\n"])
 
 Text conventions: a source is its tokens + EOS (as edgeformer.models.translate_ids expects);
 an LM prompt is its tokens (BOS alone when empty). Outputs never contain BOS or EOS: the text
@@ -20,21 +23,40 @@ Instances are thread-safe: each call builds its own stepper over the shared sess
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import onnxruntime as ort
 from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
-from .decoding import GenerationOptions, Hypothesis, beam_search, generate, iter_tokens, score
+from .aio import WorkerPool
+from .batching import Batching, Throughput, translate_file, translate_stream
+from .decoding import (
+    GenerationOptions,
+    Hypothesis,
+    StopTest,
+    decode,
+    generate,
+    iter_tokens,
+    score,
+)
 from .package import TOKENIZER_FILE, Package, PackageError, graph_names, io_names, load_package
-from .session import PROVIDERS, SPINNING, create_session
-from .steppers import CachedDecoder, Graph, start_decoder_only, start_encoder_decoder
+from .session import PROVIDERS, Providers, SessionSettings
+from .steppers import (
+    CachedDecoder,
+    Graph,
+    SlidingDecoder,
+    start_decoder_only,
+    start_encoder_decoder,
+)
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
 
@@ -59,6 +81,74 @@ class ScoringResult:
     @property
     def perplexity(self) -> float:
         return math.exp(-self.normalized)
+
+
+@dataclass(frozen=True)
+class TextHypothesis:
+    """One hypothesis of a TranslationResult / GenerationResult."""
+
+    text: str  # a translation: its target prefix included; a generation: what follows the prompt
+    ids: list[int]  # token ids of `text` (no BOS / end token; see `stop` for a stop string)
+    score: float  # sum(log_probs) / len(log_probs) ** length_penalty
+    # natural-log probability of each id, then of the end token when it ended with one
+    log_probs: list[float]
+
+
+@dataclass(frozen=True)
+class TranslationResult:
+    """What translate_results gives per input (CTranslate2's TranslationResult, in text):
+    beam search: the num_hypotheses best, best first; sampling: num_hypotheses samples;
+    return_alternatives: one per top-k token after the prefix, in that order."""
+
+    hypotheses: list[TextHypothesis]
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text
+
+    @property
+    def score(self) -> float:
+        return self.hypotheses[0].score
+
+
+@dataclass(frozen=True)
+class GenerationResult(TranslationResult):
+    """What generate_results gives per prompt (same fields as TranslationResult)."""
+
+
+def _cut(text: str, stops: Sequence[str], start: int = 0) -> str:
+    """`text` up to the first stop string found at or after `start` (whole text if none)."""
+    found = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+    return text[: min(found)] if found else text
+
+
+def _stop_test(decode, stops: Sequence[str], bases: list[list[int]], skip: list[int]) -> StopTest:
+    """stop(row, tokens): the text that tokens[skip[row]:] add after bases[row] + the skipped
+    tokens (a prompt, a target prefix) contains a stop string."""
+    shown: dict[tuple[int, int], int] = {}
+
+    def stop(row: int, tokens: list[int]) -> bool:
+        base = bases[row] + tokens[: skip[row]]
+        key = (row, len(tokens[: skip[row]]))
+        if key not in shown:
+            shown[key] = len(decode(base))
+        text = decode(base + tokens[skip[row] :])[shown[key] :]
+        return any(s in text for s in stops)
+
+    return stop
+
+
+def _prefix_list(value: object, n: int) -> list[object]:
+    """target_prefix: None, or a list aligned with the batch (None / text / id list per item)."""
+    if value is None:
+        return [None] * n
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ValueError(
+            f"target_prefix must be a list aligned with the inputs (got {type(value).__name__})"
+        )
+    if len(value) != n:
+        raise ValueError(f"target_prefix has {len(value)} items for {n} inputs")
+    return list(value)
 
 
 def _texts(texts: object, what: str) -> list[str]:
@@ -118,8 +208,6 @@ def _version(text: str) -> tuple[int, ...]:
 
 def check_onnxruntime(pkg: Package) -> None:
     """The package's min_onnxruntime, enforced before any graph is loaded."""
-    import onnxruntime as ort
-
     if _version(ort.__version__) < _version(pkg.config.min_onnxruntime):
         raise PackageError(
             f"model package {pkg.path} needs onnxruntime >= {pkg.config.min_onnxruntime}; "
@@ -155,9 +243,9 @@ class Model:
         family: str,
         variant: str = "fp32",
         provider: str = "auto",
-        threads: int | None = None,
-        spinning: bool | None = None,
+        settings: SessionSettings | None = None,
     ):
+        settings = settings or SessionSettings()
         pkg: Package = load_package(package_path)
         if pkg.family != family:
             use = "Translator" if pkg.family == "encoder-decoder" else "Generator"
@@ -165,6 +253,8 @@ class Model:
                 f"model package {pkg.path} is {pkg.family}, not {family}: use {use} "
                 f"(edgeformer {'translate' if use == 'Translator' else 'generate'})"
             )
+        if settings.providers is not None and provider != "auto":
+            raise ValueError(f"provider={provider!r} and providers=[...] given: choose one")
         provider = cpu_only(provider)
         self.package, self.family, self.variant = pkg, family, variant
         check_onnxruntime(pkg)
@@ -173,12 +263,15 @@ class Model:
         special = self.config.special_tokens
         self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
         self.tokenizer = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
+        # the sources' own tokenizer (source_tokenizer.json: converted Marian models), or the same
+        source = pkg.source_tokenizer
+        own = source.name != TOKENIZER_FILE
+        self.source_tokenizer = Tokenizer.from_file(str(source)) if own else self.tokenizer
         names = io_names(family, self.n_layers)
         self.graphs: dict[str, Graph] = {}
         for graph in graph_names(family):
-            spin = SPINNING[graph] if spinning is None else spinning
             try:
-                sess = create_session(pkg.file(graph, variant), threads, spin)
+                sess = settings.session(pkg.file(graph, variant), graph)
             except ValueError:
                 raise
             except Exception as e:  # onnxruntime refused the graph (corrupt, escaping data, ...)
@@ -197,10 +290,43 @@ class Model:
                     f"the package contract (inputs {inputs}, outputs {outputs})"
                 )
             self.graphs[graph] = Graph(sess)
-        self.provider = provider  # "cpu": what the sessions run on
+        # what the sessions run on: "cpu", or the providers asked for (onnxruntime's names)
+        self.provider = (
+            provider
+            if settings.providers is None
+            else ",".join(self.graphs["decoder"].session.get_providers())
+        )
 
     def encode(self, text: str) -> list[int]:
+        """Target-side ids (LM prompts, target prefixes, suppress_sequences, targets)."""
         return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_source(self, text: str) -> list[int]:
+        """Source ids (a translation's input), with the source tokenizer."""
+        return self.source_tokenizer.encode(text, add_special_tokens=False).ids
+
+    def resolve(self, opts: GenerationOptions) -> GenerationOptions:
+        """opts with suppress_sequences texts and end_token strings turned into ids (texts are
+        encoded alone, as the tokenizer encodes them; a token string must be in the
+        vocabulary, or be digits: an id); ids outside the vocabulary are a ValueError."""
+        vocab = self.tokenizer.get_vocab_size()
+        seqs: list[tuple[int, ...]] = []
+        for seq in opts.suppress_sequences:
+            ids = tuple(self.encode(seq)) if isinstance(seq, str) else tuple(seq)
+            if not ids or max(ids) >= vocab:
+                raise ValueError(f"suppress_sequences: {seq!r} has no token ids in the vocabulary")
+            seqs.append(ids)
+        ends: list[int] = []
+        for tok in opts.end_token:
+            i = self.tokenizer.token_to_id(tok) if isinstance(tok, str) else tok
+            if i is None and isinstance(tok, str) and tok.isdigit():  # the CLI's ids
+                i = int(tok)
+            if i is None or not 0 <= i < vocab:
+                raise ValueError(f"end_token {tok!r} is not a token of the vocabulary")
+            ends.append(int(i))
+        if seqs == list(opts.suppress_sequences) and ends == list(opts.end_token):
+            return opts
+        return dataclasses.replace(opts, suppress_sequences=seqs, end_token=ends)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -209,30 +335,29 @@ class Model:
 class TextStream:
     """Incremental detokenization: push token ids, get the text they add.
 
-    Decodes a short window (from the last emitted point) rather than single tokens, so that
-    Metaspace word boundaries and multi-byte characters split over tokens come out right; a
-    window ending in an incomplete character (U+FFFD) is held back until it completes.
+    The `tokenizers` library's DecodeStream, prefilled with the context (the prompt: the first
+    piece then keeps its leading space); it holds back a character split over tokens until it
+    completes. flush() gives what it still holds at the end (then as tokenizer.decode shows it),
+    so that the pieces always concatenate to decode(context + ids) minus decode(context).
     """
 
-    def __init__(self, decode, context: list[int] | None = None):
-        # context: ids already shown (the prompt); the first piece then keeps its leading space
-        self.decode, self.ids = decode, list(context or [])
-        self.prefix, self.read = 0, len(self.ids)
+    def __init__(self, tokenizer: Tokenizer, context: list[int] | None = None):
+        self.tokenizer, self.context = tokenizer, list(context or [])
+        self.ids: list[int] = []
+        self.stream = DecodeStream(ids=self.context, skip_special_tokens=True)
+        self.shown = 0  # characters given out so far
 
     def push(self, token: int) -> str:
         self.ids.append(token)
-        prev = self.decode(self.ids[self.prefix : self.read])
-        text = self.decode(self.ids[self.prefix :])
-        if len(text) > len(prev) and not text.endswith("\ufffd"):
-            self.prefix, self.read = self.read, len(self.ids)
-            return text[len(prev) :]
-        return ""
+        piece = self.stream.step(self.tokenizer, token) or ""
+        self.shown += len(piece)
+        return piece
 
     def flush(self) -> str:
-        prev = self.decode(self.ids[self.prefix : self.read])
-        text = self.decode(self.ids[self.prefix :])
-        self.prefix = self.read = len(self.ids)
-        return text[len(prev) :]
+        decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
+        text = decode(self.context + self.ids)[len(decode(self.context)) :]
+        piece, self.shown = text[self.shown :], len(text)
+        return piece
 
 
 class _WarnOnce:
@@ -241,16 +366,22 @@ class _WarnOnce:
     def __init__(self) -> None:
         self.lock, self.done = threading.Lock(), False
 
-    def cut(self, asked: int, n: int, max_len: int) -> None:
+    def cut(self, asked: int, n: int, max_len: int, sliding_hint: bool = False) -> None:
         if n >= asked:
             return
         with self.lock:
             if self.done:
                 return
             self.done = True
+        hint = (
+            "; sliding_window=True (--sliding-window) goes on by re-encoding the last "
+            f"{max(1, max_len // 2)} tokens"
+            if sliding_hint
+            else ""
+        )
         warnings.warn(
-            f"max_new_tokens={asked} cut to {n}: the model's positions end at max_len {max_len} "
-            "(warned once per object)",
+            f"max_new_tokens={asked} cut to {n}: the model's positions end at max_len {max_len}"
+            f"{hint} (warned once per object)",
             stacklevel=4,
         )
 
@@ -265,14 +396,19 @@ class Translator:
         provider: str = "auto",
         threads: int | None = None,
         spinning: bool | None = None,
+        session_options: ort.SessionOptions | None = None,
+        providers: Providers | None = None,
+        async_workers: int = 1,
     ):
-        self.model = Model(package_path, "encoder-decoder", variant, provider, threads, spinning)
+        self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
+        settings = SessionSettings(threads, spinning, session_options, providers)
+        self.model = Model(package_path, "encoder-decoder", variant, provider, settings)
         self.provider, self.max_len = self.model.provider, self.model.max_len
         self._warn = _WarnOnce()
         self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
 
     def _stepper(
-        self, sources: list[list[int]], opts: GenerationOptions
+        self, sources: list[list[int]], opts: GenerationOptions, longest_prefix: int = 0
     ) -> tuple[CachedDecoder, np.ndarray]:
         m = self.model
         for s in sources:
@@ -282,71 +418,100 @@ class Translator:
                     f"{m.max_len} (translate_batch(..., truncate=True) cuts longer ones)"
                 )
         src, mask = pad(sources, m.pad_id)
-        return start_encoder_decoder(m.graphs, m.config, src, mask, opts.max_new_tokens)
+        new = opts.max_new_tokens + longest_prefix
+        return start_encoder_decoder(m.graphs, m.config, src, mask, new)
 
-    def _fit(self, opts: GenerationOptions) -> GenerationOptions:
-        """Target positions are limited to max_len: BOS + max_new_tokens - 1 fed tokens."""
-        n = min(opts.max_new_tokens, self.max_len)
+    def _fit(self, opts: GenerationOptions, longest_prefix: int = 0) -> GenerationOptions:
+        """Target positions are limited to max_len: BOS + prefix + max_new_tokens - 1 fed."""
+        room = self.max_len - longest_prefix
+        n = min(opts.max_new_tokens, room)
         self._warn.cut(opts.max_new_tokens, n, self.max_len)
         return dataclasses.replace(
             opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
         )
+
+    def _check_prefixes(self, prefixes: Sequence[Sequence[int]] | None, n: int) -> int:
+        """The longest target prefix (ValueError for one that leaves no room)."""
+        if prefixes is None:
+            return 0
+        if len(prefixes) != n:
+            raise ValueError(f"{len(prefixes)} target prefixes for {n} sources")
+        longest = max((len(p) for p in prefixes), default=0)
+        if longest >= self.max_len:
+            raise ValueError(
+                f"a target prefix of {longest} tokens leaves no room: the model's max_len is "
+                f"{self.max_len} target positions"
+            )
+        return longest
 
     def translate_ids(
         self,
         sources: list[list[int]],
         opts: GenerationOptions | None = None,
         banned: Sequence[int] | None = None,
+        target_prefix: Sequence[Sequence[int]] | None = None,
     ) -> list[list[int]]:
-        """Source id lists (ending in EOS) -> output ids (no BOS/EOS), as models.translate_ids."""
-        opts = self._fit(opts or GenerationOptions())
-        stepper, first = self._stepper(sources, opts)
+        """Source id lists (ending in EOS) -> output ids (no BOS/EOS), as models.translate_ids;
+        `target_prefix[i]` (ids, may be empty) is forced and included in the output."""
+        longest = self._check_prefixes(target_prefix, len(sources))
+        opts = self._fit(self.model.resolve(opts or GenerationOptions()), longest)
+        stepper, first = self._stepper(sources, opts, longest)
         banned = self.banned_ids if banned is None else banned
-        return generate(first, stepper, opts, self.model.eos_id, banned=banned)
+        return generate(first, stepper, opts, self.model.eos_id, None, banned, target_prefix)
 
     def translate_ids_nbest(
         self,
         sources: list[list[int]],
         opts: GenerationOptions | None = None,
         banned: Sequence[int] | None = None,
+        target_prefix: Sequence[Sequence[int]] | None = None,
+        stop: StopTest | None = None,
     ) -> list[list[Hypothesis]]:
-        """Beam search (num_beams=1 is greedy with scores): num_hypotheses best per source."""
-        opts = self._fit(opts or GenerationOptions())
-        if opts.sampling:
-            raise ValueError("n-best lists come from beam search, not sampling")
-        stepper, first = self._stepper(sources, opts)
+        """Scored hypotheses per source (decoding.decode): the num_hypotheses best of a beam
+        search (num_beams=1: greedy with scores), num_hypotheses samples, or alternatives."""
+        longest = self._check_prefixes(target_prefix, len(sources))
+        opts = self._fit(self.model.resolve(opts or GenerationOptions()), longest)
+        stepper, first = self._stepper(sources, opts, longest)
         banned = self.banned_ids if banned is None else banned
-        return beam_search(first, stepper, opts, self.model.eos_id, banned=banned)
+        eos = self.model.eos_id
+        return decode(first, stepper, opts, eos, None, banned, target_prefix, stop)
 
-    def source_ids(self, text: str, truncate: bool = False) -> list[int]:
+    def source_ids(self, text: str, truncate: bool = False, max_input_length: int = 0) -> list[int]:
         """A text's source ids (+ EOS); [] for empty or whitespace-only text. ValueError (without
-        an index) for a non-string, a lone surrogate, or more than max_len ids without truncate."""
+        an index) for a non-string, a lone surrogate, or more than max_len ids (or
+        max_input_length, when set: EOS included) without truncate."""
         problem = text_problem(text)
         if problem:
             raise ValueError(problem)
         m = self.model
-        ids = m.encode(text) if text.strip() else []
+        ids = m.encode_source(text) if text.strip() else []
         if not ids:
             return []
+        limit = min(max_input_length or m.max_len, m.max_len)
         if truncate:
-            ids = ids[: m.max_len - 1]
-        elif len(ids) + 1 > m.max_len:
+            ids = ids[: limit - 1]
+        elif len(ids) + 1 > limit:
+            what = f"the model's max_len {m.max_len}"
+            if limit < m.max_len:
+                what = f"max_input_length {limit}"
             raise ValueError(
-                f"source of {len(ids) + 1} tokens (with EOS) is longer than the model's max_len "
-                f"{m.max_len} (truncate=True or --truncate cuts longer ones)"
+                f"source of {len(ids) + 1} tokens (with EOS) is longer than {what} "
+                "(truncate=True or --truncate cuts longer ones)"
             )
         return ids + [m.eos_id]
 
-    def check_text(self, text: str, truncate: bool = False) -> None:
+    def check_text(self, text: str, truncate: bool = False, max_input_length: int = 0) -> None:
         """ValueError (the reason, without an index) where translate_batch would refuse `text`."""
-        self.source_ids(text, truncate)
+        self.source_ids(text, truncate, max_input_length)
 
-    def _sources(self, texts: list[str], truncate: bool) -> tuple[list[int], list[list[int]]]:
+    def _sources(
+        self, texts: list[str], truncate: bool, max_input_length: int = 0
+    ) -> tuple[list[int], list[list[int]]]:
         """(indices of non-empty texts, their source ids); empty texts translate to ''."""
         keep, sources = [], []
         for i, text in enumerate(_texts(texts, "texts")):
             try:
-                ids = self.source_ids(text, truncate)
+                ids = self.source_ids(text, truncate, max_input_length)
             except ValueError as e:
                 raise ValueError(f"texts[{i}]: {e}") from None
             if ids:
@@ -354,29 +519,101 @@ class Translator:
                 sources.append(ids)
         return keep, sources
 
-    def translate_batch(self, texts: list[str], truncate: bool = False, **options) -> list[str]:
-        """One translation per text ([] for an empty list)."""
+    def _prefix_ids(self, target_prefix: object, n: int) -> list[list[int]] | None:
+        """target_prefix (None, or per input: None / text / ids) -> id lists, or None."""
+        if target_prefix is None:
+            return None
+        vocab = self.model.tokenizer.get_vocab_size()
+        out = []
+        for i, p in enumerate(_prefix_list(target_prefix, n)):
+            if p is None:
+                ids: list[int] = []
+            elif isinstance(p, str):
+                problem = text_problem(p)
+                if problem:
+                    raise ValueError(f"target_prefix[{i}]: {problem}")
+                ids = self.model.encode(p) if p.strip() else []
+            elif isinstance(p, (list, tuple, np.ndarray)) and all(
+                isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 0 <= t < vocab
+                for t in p
+            ):
+                ids = [int(t) for t in p]
+            else:
+                raise ValueError(
+                    f"target_prefix[{i}] must be None, a text or a list of token ids < {vocab}"
+                )
+            out.append(ids)
+        return out
+
+    def translate_results(
+        self,
+        texts: list[str],
+        target_prefix: Sequence[str | Sequence[int] | None] | None = None,
+        truncate: bool = False,
+        **options,
+    ) -> list[TranslationResult]:
+        """A TranslationResult per text: scored hypotheses with their ids and per-token
+        log-probabilities. `target_prefix` (aligned with texts; None, a text or ids per item)
+        is forced, scored and included in every hypothesis; `stop` strings cut the text."""
         opts = make_options(**options)
         texts = _texts(texts, "texts")
-        keep, sources = self._sources(texts, truncate)
+        prefixes = self._prefix_ids(target_prefix, len(texts))
+        keep, sources = self._sources(texts, truncate, opts.max_input_length)
+        out = [TranslationResult([TextHypothesis("", [], 0.0, [])]) for _ in texts]
+        if not sources:
+            return out
+        kept = None if prefixes is None else [prefixes[i] for i in keep]
+        decode_ids = self.model.decode
+        stop = None
+        stops = list(opts.stop)
+        if stops:
+            skip = [len(p) for p in kept] if kept is not None else [0] * len(keep)
+            stop = _stop_test(decode_ids, stops, [[] for _ in keep], skip)
+        found = self.translate_ids_nbest(sources, opts, self.banned_ids, kept, stop)
+        for j, (i, hyps) in enumerate(zip(keep, found)):
+            start = len(decode_ids(kept[j])) if kept is not None else 0
+            out[i] = TranslationResult([
+                TextHypothesis(
+                    _cut(decode_ids(h.tokens), stops, start) if stops else decode_ids(h.tokens),
+                    h.tokens, h.score, h.log_probs or [],
+                )
+                for h in hyps
+            ])  # fmt: skip
+        return out
+
+    def translate_batch(
+        self,
+        texts: list[str],
+        truncate: bool = False,
+        target_prefix: Sequence[str | Sequence[int] | None] | None = None,
+        **options,
+    ) -> list[str]:
+        """One translation per text ([] for an empty list): the best hypothesis (the first
+        sample / alternative when there are several)."""
+        opts = make_options(**options)
+        texts = _texts(texts, "texts")
+        if opts.stop or opts.num_hypotheses > 1 and (opts.sampling or opts.return_alternatives):
+            results = self.translate_results(texts, target_prefix, truncate, **options)
+            return [r.text for r in results]
+        prefixes = self._prefix_ids(target_prefix, len(texts))
+        keep, sources = self._sources(texts, truncate, opts.max_input_length)
         out = [""] * len(texts)
         if sources:
-            for i, ids in zip(keep, self.translate_ids(sources, opts, self.banned_ids)):
+            kept = None if prefixes is None else [prefixes[i] for i in keep]
+            for i, ids in zip(keep, self.translate_ids(sources, opts, self.banned_ids, kept)):
                 out[i] = self.model.decode(ids)
         return out
 
     def translate_batch_nbest(
-        self, texts: list[str], truncate: bool = False, **options
+        self,
+        texts: list[str],
+        truncate: bool = False,
+        target_prefix: Sequence[str | Sequence[int] | None] | None = None,
+        **options,
     ) -> list[list[tuple[str, float]]]:
         """[(translation, length-normalised log-probability)] * num_hypotheses per text."""
-        opts = make_options(**options)
-        texts = _texts(texts, "texts")
-        keep, sources = self._sources(texts, truncate)
-        out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in texts]
-        if sources:
-            for i, hyps in zip(keep, self.translate_ids_nbest(sources, opts, self.banned_ids)):
-                out[i] = [(self.model.decode(h.tokens), h.score) for h in hyps]
-        return out
+        results = self.translate_results(texts, target_prefix, truncate, **options)
+        return [[(h.text, h.score) for h in r.hypotheses] for r in results]
 
     def score_ids(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
         """log p of each target token and of the EOS after it, given the source (teacher
@@ -400,7 +637,7 @@ class Translator:
         if not sources:
             return []
         m = self.model
-        src = [m.encode(t) for t in sources]
+        src = [m.encode_source(t) for t in sources]
         src = [(ids[: m.max_len - 1] if truncate else ids) + [m.eos_id] for ids in src]
         tgt = [m.encode(t) for t in targets]
         results = []
@@ -410,8 +647,87 @@ class Translator:
             results.append(ScoringResult(tokens, ids, logp.tolist()))
         return results
 
-    def translate(self, text: str, **options) -> str:
-        return self.translate_batch([text], **options)[0]
+    def translate(
+        self, text: str, target_prefix: str | Sequence[int] | None = None, **options
+    ) -> str:
+        prefix = None if target_prefix is None else [target_prefix]
+        return self.translate_batch([text], target_prefix=prefix, **options)[0]
+
+    def stream(
+        self,
+        text: str,
+        target_prefix: str | Sequence[int] | None = None,
+        truncate: bool = False,
+        **options,
+    ) -> Iterator[str]:
+        """Translation pieces as they are produced (greedy or sampling; a target prefix comes
+        first); their concatenation equals translate()'s output. Beam search, several hypotheses
+        or stop strings know their output only at the end: it comes as one piece."""
+        opts = make_options(**options)
+        prefix = None if target_prefix is None else [target_prefix]
+        if opts.num_beams > 1 or opts.num_hypotheses > 1 or opts.return_alternatives or opts.stop:
+            whole = self.translate_batch([text], truncate, prefix, **options)[0]
+            if whole:
+                yield whole
+            return
+        _, sources = self._sources([text], truncate, opts.max_input_length)
+        if not sources:
+            return
+        prefixes = self._prefix_ids(prefix, 1)
+        longest = self._check_prefixes(prefixes, 1)
+        opts = self._fit(self.model.resolve(opts), longest)
+        stepper, first = self._stepper(sources, opts, longest)
+        out = TextStream(self.model.tokenizer)
+        eos = self.model.eos_id
+        for _, tokens in iter_tokens(first, stepper, opts, eos, None, self.banned_ids, prefixes):
+            piece = out.push(int(tokens[0]))
+            if piece:
+                yield piece
+        piece = out.flush()
+        if piece:
+            yield piece
+
+    async def translate_async(self, text: str, **options) -> str:
+        """translate() on this object's worker pool (the event loop is never blocked)."""
+        return await self.pool.run(self.translate, text, **options)
+
+    async def translate_batch_async(self, texts: list[str], **options) -> list[str]:
+        return await self.pool.run(self.translate_batch, texts, **options)
+
+    async def translate_results_async(self, texts: list[str], **options) -> list:
+        return await self.pool.run(self.translate_results, texts, **options)
+
+    def stream_async(self, text: str, **options) -> AsyncIterator[str]:
+        """stream() as an async iterator: each piece is decoded on the worker pool."""
+        return self.pool.iterate(lambda: self.stream(text, **options))
+
+    def translate_iterable(
+        self,
+        texts: Iterable[str],
+        max_batch_size: int = 32,
+        batch_type: str = "examples",
+        truncate: bool = False,
+        **options,
+    ) -> Iterator[str]:
+        """Translations of any iterable of texts, lazily and in input order: read-ahead buffers
+        sorted by length, sub-batches of max_batch_size examples or padded source tokens."""
+        batching, opts = Batching(max_batch_size, batch_type, truncate), make_options(**options)
+        return translate_stream(self, texts, batching, opts)
+
+    def translate_file(
+        self,
+        src_path: str | os.PathLike,
+        out_path: str | os.PathLike,
+        max_batch_size: int = 32,
+        batch_type: str = "examples",
+        truncate: bool = False,
+        progress: bool | None = None,
+        **options,
+    ) -> Throughput:
+        """Translate a text file line by line into out_path (written whole or not at all);
+        returns sentences, tokens and their rates. progress=None: a progress line on a tty."""
+        batching, opts = Batching(max_batch_size, batch_type, truncate), make_options(**options)
+        return translate_file(self, src_path, out_path, batching, opts, progress)
 
 
 class Generator:
@@ -424,8 +740,13 @@ class Generator:
         provider: str = "auto",
         threads: int | None = None,
         spinning: bool | None = None,
+        session_options: ort.SessionOptions | None = None,
+        providers: Providers | None = None,
+        async_workers: int = 1,
     ):
-        self.model = Model(package_path, "decoder-only", variant, provider, threads, spinning)
+        self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
+        settings = SessionSettings(threads, spinning, session_options, providers)
+        self.model = Model(package_path, "decoder-only", variant, provider, settings)
         self.provider, self.max_len = self.model.provider, self.model.max_len
         self._warn = _WarnOnce()
         self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
@@ -438,13 +759,16 @@ class Generator:
                 f"prompt of {T} tokens: must be 1 .. the model's max_len {self.max_len} "
                 "(generate_batch(..., truncate=True) keeps the end of longer ones)"
             )
+        m = self.model
+        ids, mask = pad(prompts, m.pad_id)
         n = min(opts.max_new_tokens, self.max_len - T + 1)
-        self._warn.cut(opts.max_new_tokens, n, self.max_len)
+        if opts.sliding_window and n < opts.max_new_tokens:
+            sliding = SlidingDecoder(m.graphs, m.config, ids, mask, keep=max(1, self.max_len // 2))
+            return sliding, sliding.first, opts
+        self._warn.cut(opts.max_new_tokens, n, self.max_len, sliding_hint=True)
         opts = dataclasses.replace(
             opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens)
         )
-        m = self.model
-        ids, mask = pad(prompts, m.pad_id)
         stepper, first = start_decoder_only(m.graphs, m.config, ids, mask, n)
         return stepper, first, opts
 
@@ -455,7 +779,8 @@ class Generator:
         banned: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Prompt id lists -> continuation id lists (no EOS); as models.complete_ids."""
-        stepper, first, opts = self._stepper(prompts, opts or GenerationOptions())
+        opts = self.model.resolve(opts or GenerationOptions())
+        stepper, first, opts = self._stepper(prompts, opts)
         banned = self.banned_ids if banned is None else banned
         return generate(first, stepper, opts, self.model.eos_id, prompts, banned)
 
@@ -464,12 +789,15 @@ class Generator:
         prompts: list[list[int]],
         opts: GenerationOptions | None = None,
         banned: Sequence[int] | None = None,
+        stop: StopTest | None = None,
     ) -> list[list[Hypothesis]]:
-        if (opts or GenerationOptions()).sampling:
-            raise ValueError("n-best lists come from beam search, not sampling")
-        stepper, first, opts = self._stepper(prompts, opts or GenerationOptions())
+        """Scored continuations per prompt (decoding.decode): the num_hypotheses best of a beam
+        search (num_beams=1: greedy with scores), num_hypotheses samples, or alternatives (the
+        prompt plays the target prefix's part: they branch at the first new token)."""
+        opts = self.model.resolve(opts or GenerationOptions())
+        stepper, first, opts = self._stepper(prompts, opts)
         banned = self.banned_ids if banned is None else banned
-        return beam_search(first, stepper, opts, self.model.eos_id, prompts, banned)
+        return decode(first, stepper, opts, self.model.eos_id, prompts, banned, None, stop)
 
     def score_ids(self, sequences: list[list[int]]) -> list[np.ndarray]:
         """log p(token t | tokens < t) for tokens 1 .. n - 1 of each sequence (teacher forcing,
@@ -506,39 +834,72 @@ class Generator:
             results.append(ScoringResult(tokens, seq[1:], logp.tolist()))
         return results
 
-    def prompt_ids(self, text: str, truncate: bool = False) -> list[int]:
+    def prompt_ids(self, text: str, truncate: bool = False, max_input_length: int = 0) -> list[int]:
         """A prompt's ids (BOS alone for empty or whitespace-only text). ValueError (without an
-        index) for a non-string, a lone surrogate, or more than max_len ids without truncate."""
+        index) for a non-string, a lone surrogate, or more than max_len ids (or
+        max_input_length, when set) without truncate (which keeps the end)."""
         problem = text_problem(text)
         if problem:
             raise ValueError(problem)
         ids = (self.model.encode(text) if text.strip() else []) or [self.model.bos_id]
+        limit = min(max_input_length or self.max_len, self.max_len)
         if truncate:
-            return ids[-self.max_len :]
-        if len(ids) > self.max_len:
+            return ids[-limit:]
+        if len(ids) > limit:
+            what = (
+                f"max_input_length {limit}" if limit < self.max_len
+                else f"the model's max_len {self.max_len}"
+            )  # fmt: skip
             raise ValueError(
-                f"prompt of {len(ids)} tokens is longer than the model's max_len {self.max_len} "
+                f"prompt of {len(ids)} tokens is longer than {what} "
                 "(truncate=True or --truncate keeps the end of longer ones)"
             )
         return ids
 
-    def check_text(self, text: str, truncate: bool = False) -> None:
+    def check_text(self, text: str, truncate: bool = False, max_input_length: int = 0) -> None:
         """ValueError (the reason, without an index) where generate_batch would refuse `text`."""
-        self.prompt_ids(text, truncate)
+        self.prompt_ids(text, truncate, max_input_length)
 
-    def _prompts(self, prompts: list[str], truncate: bool) -> list[list[int]]:
+    def _prompts(
+        self, prompts: list[str], truncate: bool, max_input_length: int = 0
+    ) -> list[list[int]]:
         out = []
         for i, text in enumerate(_texts(prompts, "prompts")):
             try:
-                out.append(self.prompt_ids(text, truncate))
+                out.append(self.prompt_ids(text, truncate, max_input_length))
             except ValueError as e:
                 raise ValueError(f"prompts[{i}]: {e}") from None
         return out
 
-    def generate_batch(self, prompts: list[str], truncate: bool = False, **options) -> list[str]:
-        """One continuation per prompt ([] for an empty list)."""
+    def generate_results(
+        self, prompts: list[str], truncate: bool = False, **options
+    ) -> list[GenerationResult]:
+        """A GenerationResult per prompt: scored continuations with their ids and per-token
+        log-probabilities; a `stop` string ends a continuation, whose text is cut before it."""
         opts = make_options(**options)
-        ids = self._prompts(prompts, truncate)
+        ids = self._prompts(prompts, truncate, opts.max_input_length)
+        if not ids:
+            return []
+        stops = list(opts.stop)
+        stop = _stop_test(self.model.decode, stops, ids, [0] * len(ids)) if stops else None
+        out = []
+        for prompt, hyps in zip(ids, self.generate_ids_nbest(ids, opts, self.banned_ids, stop)):
+            out.append(GenerationResult([
+                TextHypothesis(
+                    _cut(self._continuation(prompt, h.tokens), stops), h.tokens, h.score,
+                    h.log_probs or [],
+                )
+                for h in hyps
+            ]))  # fmt: skip
+        return out
+
+    def generate_batch(self, prompts: list[str], truncate: bool = False, **options) -> list[str]:
+        """One continuation per prompt ([] for an empty list): the best hypothesis (the first
+        sample / alternative when there are several)."""
+        opts = make_options(**options)
+        if opts.stop or opts.num_hypotheses > 1 and (opts.sampling or opts.return_alternatives):
+            return [r.text for r in self.generate_results(prompts, truncate, **options)]
+        ids = self._prompts(prompts, truncate, opts.max_input_length)
         if not ids:
             return []
         new = self.generate_ids(ids, opts, self.banned_ids)
@@ -552,19 +913,57 @@ class Generator:
     def generate(self, prompt: str, **options) -> str:
         return self.generate_batch([prompt], **options)[0]
 
+    async def generate_async(self, prompt: str, **options) -> str:
+        """generate() on this object's worker pool (the event loop is never blocked)."""
+        return await self.pool.run(self.generate, prompt, **options)
+
+    async def generate_batch_async(self, prompts: list[str], **options) -> list[str]:
+        return await self.pool.run(self.generate_batch, prompts, **options)
+
+    async def generate_results_async(self, prompts: list[str], **options) -> list:
+        return await self.pool.run(self.generate_results, prompts, **options)
+
+    def stream_async(self, prompt: str, **options) -> AsyncIterator[str]:
+        """stream() as an async iterator: each piece is decoded on the worker pool."""
+        return self.pool.iterate(lambda: self.stream(prompt, **options))
+
     def stream(self, prompt: str, truncate: bool = False, **options) -> Iterator[str]:
-        """Text pieces as they are produced; their concatenation equals generate()'s output."""
+        """Text pieces as they are produced; their concatenation equals generate()'s output.
+        With `stop` strings, text that may begin one is held back until it cannot."""
         opts = make_options(**options)
-        if opts.num_beams > 1:  # beam search knows its output only at the end
+        if opts.num_beams > 1 or opts.num_hypotheses > 1 or opts.return_alternatives:
+            # beam search (or alternatives) knows its output only at the end
             yield self.generate(prompt, truncate=truncate, **options)
             return
-        ids = self._prompts([prompt], truncate)
-        stepper, first, opts = self._stepper(ids, opts)
-        text = TextStream(self.model.decode, ids[0])
-        for _, tokens in iter_tokens(first, stepper, opts, self.model.eos_id, ids, self.banned_ids):
-            piece = text.push(int(tokens[0]))
+        ids = self._prompts([prompt], truncate, opts.max_input_length)
+        stepper, first, opts = self._stepper(ids, self.model.resolve(opts))
+        stops = list(opts.stop)
+        stop = _stop_test(self.model.decode, stops, ids, [0]) if stops else None
+        text = TextStream(self.model.tokenizer, ids[0])
+        pending = ""  # text that may be the start of a stop string
+
+        def emit(piece: str, final: bool) -> tuple[str, bool]:
+            """(text to yield now, whether a stop string was reached)."""
+            nonlocal pending
+            pending += piece
+            cut = _cut(pending, stops)
+            if len(cut) < len(pending):
+                pending = ""
+                return cut, True
+            hold = 0 if final else max(
+                (k for s in stops for k in range(1, min(len(s), len(pending) + 1))
+                 if pending.endswith(s[:k])), default=0,
+            )  # fmt: skip
+            out, pending = pending[: len(pending) - hold], pending[len(pending) - hold :]
+            return out, False
+
+        eos = self.model.eos_id
+        for _, tokens in iter_tokens(first, stepper, opts, eos, ids, self.banned_ids, None, stop):
+            piece, stopped = emit(text.push(int(tokens[0])), False)
             if piece:
                 yield piece
-        piece = text.flush()
+            if stopped:
+                return
+        piece, _ = emit(text.flush(), True)
         if piece:
             yield piece

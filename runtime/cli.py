@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 import warnings
 
@@ -12,17 +14,60 @@ import warnings
 COMMANDS = {
     "train": ("edgeformer.train.cli", "train a model (presets: tiny, multi30k-*, shakespeare-*)"),
     "export": ("edgeformer.export.cli", "export a checkpoint to an ONNX model package"),
+    "convert": ("edgeformer.export.convert_cli", "convert a Hugging Face model to a checkpoint"),
     "translate": ("edgeformer.runtime.commands", "translate text with an encoder-decoder package"),
     "generate": ("edgeformer.runtime.commands", "generate text with a decoder-only package"),
     "score": ("edgeformer.runtime.commands", "log-probabilities of given texts under a package"),
     "info": ("edgeformer.runtime.commands", "describe a model package: model, variants, graphs"),
+    "verify": ("edgeformer.runtime.verify", "check a package on this machine against PyTorch"),
     "bench": ("edgeformer.benchmarks.cli", "benchmark speed and quality against peers"),
 }
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_ENV = "EDGEFORMER_LOG_LEVEL"
+
+
+def log_level(argv: list[str]) -> tuple[str, list[str]]:
+    """(level, argv without it): --log-level LEVEL anywhere on the line, else
+    $EDGEFORMER_LOG_LEVEL, else "warning": quiet by default (errors, warnings, results)."""
+    level = os.environ.get(LOG_ENV, "warning").strip().lower() or "warning"
+    rest, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--log-level" and i + 1 < len(argv):
+            level, i = argv[i + 1].lower(), i + 2
+            continue
+        if a.startswith("--log-level="):
+            level = a.split("=", 1)[1].lower()
+        else:
+            rest.append(a)
+        i += 1
+    if level not in LOG_LEVELS:
+        raise SystemExit(f"edgeformer: error: log level {level!r}, expected one of {LOG_LEVELS}")
+    return level, rest
+
+
+def setup_logging(level: str, command: str) -> None:
+    """The `edgeformer` logger on stderr as 'edgeformer COMMAND: message' lines."""
+    logger = logging.getLogger("edgeformer")
+    logger.setLevel(level.upper())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"edgeformer {command}: %(message)s"))
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    level, argv = log_level(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="edgeformer", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="warning",
+        help=f"what goes to stderr besides errors (default warning, or ${LOG_ENV}); info adds "
+        "what ran where and throughput, debug also onnxruntime's warnings",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # Only the chosen subcommand's module is imported (torch stays out of translate/generate).
     chosen = next((a for a in argv if a in COMMANDS), None)
@@ -34,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             p.set_defaults(_run=mod.run)
     # texts may follow options (`translate PKG --beam 4 "text"`): argparse leaves them over
     args, extra = parser.parse_known_args(argv)
+    setup_logging(level, args.command)
     if extra:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -51,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     finally:
         warnings.showwarning = shown
 

@@ -3,23 +3,31 @@
 edgeformer translate PACKAGE "a man rides a bike ." ["more text" ...]
 cat sentences.txt | edgeformer translate PACKAGE --beam 4      # one translation per line
 edgeformer generate PACKAGE "ROMEO:" --sample --top-p 0.9 --seed 0 --max-new-tokens 200
+edgeformer translate PACKAGE "two dogs ." --target-prefix "zwei" --alternatives --num-hypotheses 3
+edgeformer generate PACKAGE "ROMEO:" --stop $'\\n\\n' --no-repeat-ngram-size 3 --suppress "JULIET"
 
 Bad input never costs good input: stdin is read as bytes and decoded line by line; a line that is
 not UTF-8 (or holds a lone surrogate), or is longer than the model's max_len without --truncate,
 is reported on stderr with its 1-based line number and gives an empty output line in its place;
-every other line is translated in order, and the exit status is 1 at the end.
+every other line is translated in order, and the exit status is 1 at the end. Plain translation
+reads stdin ahead in length-sorted sub-batches (runtime.batching, as Translator.translate_iterable)
+and logs sentences/s and tokens/s at the end (--log-level info).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import sys
 from collections.abc import Iterator
 
-from .api import Generator, Translator, text_problem
+from .api import Generator, Translator, make_options, text_problem
+from .batching import BATCH_TYPES, READ_AHEAD, Batching, Throughput, translate_stream
 from .decoding import GenerationOptions
 from .package import VARIANTS
+
+log = logging.getLogger("edgeformer")
 
 
 def add_score_arguments(p: argparse.ArgumentParser) -> None:
@@ -138,11 +146,64 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
             metavar="K",
             help="print K 'index<TAB>score<TAB>text' lines per input (index: 0-based input line)",
         )
-        d.add_argument("--batch-size", type=int, default=32, help="stdin lines per batch")
+        d.add_argument(
+            "--max-batch-size",
+            "--batch-size",
+            dest="batch_size",
+            type=int,
+            default=32,
+            help="sub-batch size: lines, or padded source tokens with --batch-type tokens "
+            "(stdin is read ahead and sorted by length; a terminal is read line by line)",
+        )
+        d.add_argument("--batch-type", choices=BATCH_TYPES, default="examples")
+        d.add_argument(
+            "--target-prefix", default=None, metavar="TEXT",
+            help="force every translation to start with TEXT (scored, included in the output)",
+        )  # fmt: skip
+    d.add_argument(
+        "--num-hypotheses", type=int, default=1, metavar="N",
+        help="N independent samples (--sample) or N alternatives (--alternatives) per input, "
+        + ("printed as --n-best prints" if command == "translate" else "one per line"),
+    )  # fmt: skip
+    d.add_argument(
+        "--alternatives", action="store_true",
+        help="N continuations branching at the first position after the "
+        + ("target prefix" if command == "translate" else "prompt")
+        + ": the N best tokens there, each continued (N: --num-hypotheses)",
+    )  # fmt: skip
+    c = p.add_argument_group("constraints")
+    c.add_argument(
+        "--no-repeat-ngram-size", type=int, default=0, metavar="N",
+        help="never repeat an n-gram of N tokens (0 = off)",
+    )  # fmt: skip
+    c.add_argument(
+        "--suppress", action="append", default=[], metavar="TEXT",
+        help="never produce TEXT's tokens in a row (repeatable; one token: never that token)",
+    )  # fmt: skip
+    c.add_argument(
+        "--end-token", action="append", default=[], metavar="TOKEN",
+        help="a token (vocabulary string, or an id) that ends the output too (repeatable)",
+    )  # fmt: skip
+    if command == "generate":
+        c.add_argument(
+            "--stop", action="append", default=[], metavar="TEXT",
+            help="stop when the generated text contains TEXT, cut before it (repeatable; "
+            "a newline: --stop $'\\n')",
+        )  # fmt: skip
+        c.add_argument(
+            "--sliding-window", action="store_true",
+            help="go on past the model's context: re-encode its last max_len/2 tokens when full",
+        )  # fmt: skip
+    c.add_argument(
+        "--max-input-length", type=int, default=0, metavar="N",
+        help="inputs of more than N tokens are an error (cut with --truncate; 0: max_len)",
+    )  # fmt: skip
 
 
 def options(args: argparse.Namespace) -> dict:
     n_best = getattr(args, "n_best", 1)
+    several = args.sample or args.alternatives
+    hypotheses = args.num_hypotheses if several else n_best
     opts = dict(
         max_new_tokens=args.max_new_tokens,
         min_new_tokens=args.min_new_tokens,
@@ -151,11 +212,21 @@ def options(args: argparse.Namespace) -> dict:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        num_beams=max(args.beam, n_best) if args.beam >= 1 else args.beam,
-        num_hypotheses=n_best,
+        num_beams=max(args.beam, n_best) if args.beam >= 1 and not several else args.beam,
+        num_hypotheses=hypotheses,
         length_penalty=args.length_penalty,
         repetition_penalty=args.repetition_penalty,
+        return_alternatives=args.alternatives,
+        no_repeat_ngram_size=args.no_repeat_ngram_size,
+        suppress_sequences=list(args.suppress),
+        end_token=list(args.end_token),
+        stop=list(getattr(args, "stop", [])),
+        max_input_length=args.max_input_length,
+        sliding_window=getattr(args, "sliding_window", False),
     )
+    if args.num_hypotheses > 1 and not several:
+        beam = " (beam search: --n-best)" if args.command == "translate" else ""
+        raise ValueError(f"--num-hypotheses needs --sample or --alternatives{beam}")
     GenerationOptions(**opts)  # invalid combinations fail before the model loads
     return opts
 
@@ -215,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     cls = Translator if args.command == "translate" else Generator
     model = cls(args.package, args.variant, args.provider, args.threads, spinning)
     threads = f", {args.threads} threads" if args.threads else ""
-    print(f"edgeformer: {args.variant} on {model.provider}{threads}", file=sys.stderr)
+    log.info(f"{args.variant} on {model.provider}{threads}")
     bad = 0
 
     def usable(n: int, text: str | None, problem: str | None) -> bool:
@@ -223,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal bad
         if problem is None:
             try:
-                model.check_text(text or "", args.truncate)
+                model.check_text(text or "", args.truncate, args.max_input_length)
             except ValueError as e:
                 problem = str(e)
         if problem is not None:
@@ -233,18 +304,31 @@ def run(args: argparse.Namespace) -> int:
 
     if args.command == "translate":
         assert isinstance(model, Translator)
+        if opts["num_hypotheses"] == 1 and args.target_prefix is None:
+            lines = (
+                text or "" if usable(n, text, problem) else "" for n, text, problem in _lines(args)
+            )
+            interactive = not args.texts and sys.stdin.isatty()
+            batching = Batching(max(1, args.batch_size), args.batch_type, args.truncate,
+                                read_ahead=1 if interactive else READ_AHEAD)  # fmt: skip
+            stats = Throughput()
+            for out in translate_stream(model, lines, batching, make_options(**opts), stats):
+                print(out, flush=interactive)
+            log.info(stats.summary())
+            return 1 if bad else 0
         for batch in _batches(_lines(args), max(1, args.batch_size)):
             good = [(n, text) for n, text, problem in batch if usable(n, text, problem)]
             texts = [text for _, text in good]
-            if args.n_best > 1:
+            prefix = None if args.target_prefix is None else [args.target_prefix] * len(texts)
+            if opts["num_hypotheses"] > 1:
                 results = dict(zip((n for n, _ in good), model.translate_batch_nbest(
-                    texts, args.truncate, **opts)))  # fmt: skip
+                    texts, args.truncate, prefix, **opts)))  # fmt: skip
                 for n, _, _ in batch:  # an unusable line: one 'index<TAB>nan<TAB>' line
                     for text, score in results.get(n, [("", math.nan)]):
                         print(f"{n - 1}\t{score:.4f}\t{text}")
             else:
                 results = dict(zip((n for n, _ in good), model.translate_batch(
-                    texts, args.truncate, **opts)))  # fmt: skip
+                    texts, args.truncate, prefix, **opts)))  # fmt: skip
                 for n, _, _ in batch:
                     print(results.get(n, ""))
             sys.stdout.flush()
@@ -253,6 +337,11 @@ def run(args: argparse.Namespace) -> int:
     for n, prompt, problem in _lines(args):
         if not usable(n, prompt, problem):
             print(flush=True)
+            continue
+        if opts["num_hypotheses"] > 1:
+            (result,) = model.generate_results([prompt or ""], args.truncate, **opts)
+            for h in result.hypotheses:
+                print(f"{prompt}{h.text}", flush=True)
             continue
         print(prompt, end="", flush=True)
         for piece in model.stream(prompt, args.truncate, **opts):  # type: ignore[arg-type]

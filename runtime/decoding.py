@@ -9,14 +9,21 @@ evaluation (edgeformer.train). A model is reached through a `Stepper`:
 The caller runs the first pass itself (encoder + first decoder step, or the prompt prefill) and
 hands over its last-position logits (B, V). Outputs never include BOS or the final EOS.
 `banned` ids (the runtime passes padding and BOS) are never chosen, by any strategy.
+
+`decode` is the one entry that returns scored hypotheses: forced prefixes (their tokens are fed
+as they are and scored by the model's distribution), alternatives (CTranslate2's
+return_alternatives: num_hypotheses continuations, one per top-k token at the first position
+after the prefix), several samples per input (num_hypotheses with sampling), end tokens, banned
+token sequences, no_repeat_ngram_size, and a stop test (the text API's stop strings).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -42,6 +49,14 @@ class GenerationOptions:
     num_hypotheses: int = 1  # n-best size returned by beam search
     repetition_penalty: float = 1.0  # > 1 discourages tokens already in the context / output
     ignore_eos: bool = False  # always generate max_new_tokens (benchmarks)
+    # constraints (CTranslate2's names); the text API resolves texts / token strings to ids
+    no_repeat_ngram_size: int = 0  # > 0: a token completing an n-gram already there is banned
+    suppress_sequences: Sequence[str | Sequence[int]] = ()  # banned tokens / token sequences
+    end_token: Sequence[str | int] = ()  # end a hypothesis too (besides EOS); one id or str ok
+    stop: Sequence[str] = ()  # text API: stop strings (the text is cut before them)
+    return_alternatives: bool = False  # num_hypotheses continuations branching after the prefix
+    max_input_length: int = 0  # source / prompt tokens accepted (0: the model's max_len)
+    sliding_window: bool = False  # LM: past max_len, re-encode the last max_len // 2 tokens
 
     def __post_init__(self) -> None:
         """One validation for the API and the CLI: every problem is a ValueError."""
@@ -49,7 +64,10 @@ class GenerationOptions:
         def bad(msg: str) -> None:
             raise ValueError(f"invalid generation option: {msg}")
 
-        for name in ("max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_hypotheses"):
+        for name in (
+            "max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_hypotheses",
+            "no_repeat_ngram_size", "max_input_length",
+        ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value):
                 bad(f"{name}={value!r} must be an integer (got {type(value).__name__})")
@@ -61,7 +79,9 @@ class GenerationOptions:
                 bad(f"{name}={value!r} must be a number (got {type(value).__name__})")
             if not math.isfinite(value):
                 bad(f"{name}={value!r} must be finite")
-        for name in ("sampling", "early_stopping", "ignore_eos"):
+        for name in (
+            "sampling", "early_stopping", "ignore_eos", "return_alternatives", "sliding_window",
+        ):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
                 bad(f"{name}={value!r} must be True or False (got {type(value).__name__})")
@@ -86,10 +106,65 @@ class GenerationOptions:
             bad(f"num_beams={self.num_beams} must be >= 1")
         if self.sampling and self.num_beams > 1:
             bad("sampling and beam search (num_beams > 1) cannot be combined")
-        if not 1 <= self.num_hypotheses <= self.num_beams:
-            bad(f"num_hypotheses={self.num_hypotheses} must be in [1, num_beams]")
+        if self.num_hypotheses < 1:
+            bad(f"num_hypotheses={self.num_hypotheses} must be >= 1")
+        if not (self.sampling or self.return_alternatives):
+            if self.num_hypotheses > self.num_beams:
+                bad(
+                    f"num_hypotheses={self.num_hypotheses} must be in [1, num_beams] (or use "
+                    "sampling=True or return_alternatives=True)"
+                )
         if not self.repetition_penalty > 0:
             bad(f"repetition_penalty={self.repetition_penalty} must be > 0")
+        if self.no_repeat_ngram_size < 0:
+            bad(f"no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0 = off)")
+        if self.max_input_length < 0:
+            bad(f"max_input_length={self.max_input_length} must be >= 0 (0 = the model's max_len)")
+        self.suppress_sequences = _sequences(self.suppress_sequences, bad)
+        self.end_token = _items(self.end_token, "end_token", (str, int), bad)
+        self.stop = _items(self.stop, "stop", (str,), bad)
+
+
+def _items(value: object, name: str, kinds: tuple[type, ...], bad) -> tuple:
+    """One item or a list of them -> a tuple; strings non-empty, ids >= 0."""
+    if isinstance(value, str) or _is_int(value):
+        value = (value,)
+    if not isinstance(value, (list, tuple)):
+        bad(f"{name}={value!r} must be a list (got {type(value).__name__})")
+    assert isinstance(value, (list, tuple))
+    for item in value:
+        if int in kinds and _is_int(item):
+            if item < 0:
+                bad(f"{name}: token id {item} must be >= 0")
+        elif isinstance(item, str):
+            if not item:
+                bad(f"{name}: an empty string")
+        else:
+            what = "strings or token ids" if int in kinds else "strings"
+            bad(f"{name}={value!r} must hold {what} (got {type(item).__name__})")
+    return tuple(int(v) if _is_int(v) else v for v in value)
+
+
+def _sequences(value: object, bad) -> tuple:
+    """suppress_sequences: texts and / or id lists (a bare text: one sequence)."""
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (list, tuple)):
+        bad(f"suppress_sequences={value!r} must be a list (got {type(value).__name__})")
+    assert isinstance(value, (list, tuple))
+    out: list[str | tuple[int, ...]] = []
+    for item in value:
+        if isinstance(item, str):
+            if not item.strip():
+                bad("suppress_sequences: an empty text")
+            out.append(item)
+        elif isinstance(item, (list, tuple, np.ndarray)) and len(item) > 0:
+            if not all(_is_int(t) and t >= 0 for t in item):
+                bad(f"suppress_sequences: {item!r} must hold token ids >= 0")
+            out.append(tuple(int(t) for t in item))
+        else:
+            bad(f"suppress_sequences: {item!r} must be a text or a non-empty list of token ids")
+    return tuple(out)
 
 
 MIN_TEMPERATURE = 1e-4
@@ -107,8 +182,26 @@ def _is_real(value: object) -> bool:
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]
-    score: float  # length-normalised log-probability
+    tokens: list[int]  # a forced prefix included; never the end token
+    score: float  # length-normalised log-probability: sum(log_probs) / len(log_probs) ** lp
+    # one per token, then the end token's when the hypothesis ended with one (None: not scored)
+    log_probs: list[float] | None = None
+
+
+def end_ids(opts: GenerationOptions, eos_id: int) -> np.ndarray:
+    """The tokens that end a hypothesis: EOS and opts.end_token (ids by now)."""
+    extra = [t for t in opts.end_token if not isinstance(t, str)]
+    if len(extra) != len(opts.end_token):
+        raise ValueError("end_token given as token strings: resolve them to ids first")
+    return np.array(sorted({eos_id, *extra}), dtype=np.int64)
+
+
+def suppressed(opts: GenerationOptions) -> list[tuple[int, ...]]:
+    """opts.suppress_sequences as id tuples (texts must be resolved by the caller)."""
+    out = [s for s in opts.suppress_sequences if not isinstance(s, str)]
+    if len(out) != len(opts.suppress_sequences):
+        raise ValueError("suppress_sequences given as texts: resolve them to ids first")
+    return [tuple(s) for s in out]
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -123,47 +216,133 @@ def _check_finite(logits: np.ndarray) -> None:
 
 
 class _Penalties:
-    """Per-row logit adjustments shared by all strategies: repetition penalty and min length."""
+    """Per-row logit adjustments shared by all strategies: repetition penalty, min length,
+    banned ids, banned sequences (suppress_sequences) and no_repeat_ngram_size.
+
+    The history a row is checked against (n-grams, sequences) is its context (an LM's prompt)
+    followed by every token fed since, a forced prefix included.
+    """
 
     def __init__(
         self,
         opts: GenerationOptions,
-        eos_id: int,
+        ends: np.ndarray | int,
         vocab: int,
         context: list[list[int]] | None,
         n: int,
         banned: Sequence[int] = (),
     ):
-        self.opts, self.eos_id = opts, eos_id
-        self.banned = sorted({int(t) for t in banned if 0 <= t < vocab and t != eos_id})
+        self.opts = opts
+        self.ends = np.atleast_1d(np.asarray(ends, dtype=np.int64))
+        sequences = suppressed(opts)
+        for seq in sequences:
+            if max(seq) >= vocab:
+                raise ValueError(f"suppress_sequences: token id {max(seq)} >= vocabulary {vocab}")
+        ends_set = set(self.ends.tolist())
+        never = {int(t) for t in banned if 0 <= t < vocab and t not in ends_set}
+        self.banned = sorted(never | {s[0] for s in sequences if len(s) == 1})
+        self.sequences = [s for s in sequences if len(s) > 1]
+        self.ngram = opts.no_repeat_ngram_size
+        self.history: list[list[int]] | None = None
+        if self.ngram > 0 or self.sequences:
+            self.history = [list(c) for c in context] if context else [[] for _ in range(n)]
         self.seen = None
         if opts.repetition_penalty != 1.0:
             self.seen = np.zeros((n, vocab), dtype=bool)
             for i, toks in enumerate(context or []):
                 self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
 
-    def apply(self, logits: np.ndarray, n_generated: int) -> np.ndarray:
-        ban_eos = self.opts.ignore_eos or n_generated < self.opts.min_new_tokens
-        if self.seen is None and not ban_eos and not self.banned:
+    def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
+        """`n_generated`: tokens chosen so far per row (or one count for all): before
+        min_new_tokens, the end tokens are banned."""
+        ban_all, ban_rows = self.opts.ignore_eos, None
+        if not ban_all and self.opts.min_new_tokens > 0:
+            below = np.asarray(n_generated) < self.opts.min_new_tokens
+            if below.all():
+                ban_all = True
+            elif below.any():
+                ban_rows = np.flatnonzero(np.broadcast_to(below, (len(logits),)))
+        if (
+            self.seen is None and not ban_all and ban_rows is None and not self.banned
+            and self.history is None
+        ):  # fmt: skip
             return logits
         logits = logits.astype(np.float32, copy=True)
         if self.seen is not None:
             p = self.opts.repetition_penalty
             hit = self.seen
             logits = np.where(hit, np.where(logits > 0, logits / p, logits * p), logits)
-        if ban_eos:
-            logits[:, self.eos_id] = -np.inf
+        if ban_all:
+            logits[:, self.ends] = -np.inf
+        elif ban_rows is not None:
+            logits[np.ix_(ban_rows, self.ends)] = -np.inf
         if self.banned:
             logits[:, self.banned] = -np.inf
+        if self.history is not None:
+            for i, h in enumerate(self.history):
+                bans = self.history_bans(h)
+                if bans:
+                    logits[i, bans] = -np.inf
         return logits
+
+    def history_bans(self, h: list[int]) -> list[int]:
+        """Tokens that would complete an n-gram of `h` again, or a suppressed sequence."""
+        out: list[int] = []
+        n = self.ngram
+        if n == 1:
+            out.extend(h)
+        elif n > 1 and len(h) >= n:
+            key = h[len(h) - n + 1 :]
+            out.extend(h[i + n - 1] for i in range(len(h) - n + 1) if h[i : i + n - 1] == key)
+        for seq in self.sequences:
+            m = len(seq) - 1
+            if len(h) >= m and tuple(h[len(h) - m :]) == seq[:-1]:
+                out.append(seq[-1])
+        return out
 
     def observe(self, tokens: np.ndarray) -> None:
         if self.seen is not None:
             self.seen[np.arange(len(tokens)), tokens] = True
+        if self.history is not None:
+            for h, tok in zip(self.history, tokens.tolist()):
+                h.append(tok)
 
     def select(self, rows: np.ndarray) -> None:
         if self.seen is not None:
             self.seen = self.seen[rows]
+        if self.history is not None:
+            self.history = [list(self.history[r]) for r in rows.tolist()]
+
+
+class _Forcing:
+    """Tokens a row does not choose: its prefix, fed as it is, then (alternatives) the
+    rank-th best token at the first position after it."""
+
+    def __init__(self, prefixes: Sequence[Sequence[int]] | None, ranks: Sequence[int] | None,
+                 n: int):  # fmt: skip
+        self.prefixes = [list(p) for p in prefixes] if prefixes is not None else [[]] * n
+        if len(self.prefixes) != n:
+            raise ValueError(f"{len(self.prefixes)} prefixes for a batch of {n}")
+        self.lengths = np.array([len(p) for p in self.prefixes], dtype=np.int64)
+        self.ranks = None if ranks is None else np.asarray(ranks, dtype=np.int64)
+        self.on = bool(self.lengths.any()) or self.ranks is not None
+
+    def prefix_tokens(self, t: int, rows: np.ndarray) -> np.ndarray:
+        return np.array([self.prefixes[r][t] for r in rows.tolist()], dtype=np.int64)
+
+    def branch(self, t: int, rows: np.ndarray) -> np.ndarray:
+        """Mask of `rows` that branch at step t (alternatives)."""
+        if self.ranks is None:
+            return np.zeros(len(rows), dtype=bool)
+        return self.lengths[rows] == t
+
+
+def _ranked(logits: np.ndarray, rank: int) -> int:
+    """The rank-th best token of a row (0: the argmax; ties by lower id)."""
+    return int(np.argsort(-logits, kind="stable")[rank])
+
+
+StopTest = Callable[[int, list[int]], bool]  # (batch row, its tokens so far) -> stop it here
 
 
 def filter_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
@@ -200,31 +379,86 @@ def _choose(logits: np.ndarray, opts: GenerationOptions, rng: np.random.Generato
     return np.minimum((np.cumsum(probs, axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1)
 
 
-def iter_tokens(
+class Step(NamedTuple):
+    """One step of the greedy / sampling loop, for the rows still running (original indices)."""
+
+    rows: np.ndarray
+    tokens: np.ndarray  # the chosen (or forced) token of each row
+    log_probs: np.ndarray | None  # their log-probabilities (when scores were asked for)
+    ended: np.ndarray  # the token is an end token: the row stops without it
+
+
+def steps(
     first_logits: np.ndarray,
     stepper: Stepper,
     opts: GenerationOptions,
     eos_id: int,
     context: list[list[int]] | None = None,
     banned: Sequence[int] = (),
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Greedy or sampling, one step at a time: yields (rows, tokens) for the rows still running.
+    prefixes: Sequence[Sequence[int]] | None = None,
+    ranks: Sequence[int] | None = None,
+    stop: StopTest | None = None,
+    scores: bool = False,
+) -> Iterator[Step]:
+    """Greedy or sampling, one step at a time, for every row still running.
 
-    `rows` are indices into the original batch. A row stops at EOS (not yielded) or at
-    max_new_tokens; finished rows are dropped from the cache with `stepper.select`.
+    A row stops at an end token, when `stop(row, tokens)` says so (its last token kept), or
+    after max_new_tokens past its prefix; finished rows are dropped from the cache with
+    `stepper.select`. Chosen tokens are scored by the adjusted distribution (penalties and bans
+    applied, before temperature / top-k / top-p), forced ones by the model's.
     """
     rng = np.random.default_rng(opts.seed)
     n, vocab = first_logits.shape
-    penalties = _Penalties(opts, eos_id, vocab, context, n, banned)
+    ends = end_ids(opts, eos_id)
+    penalties = _Penalties(opts, ends, vocab, context, n, banned)
+    forcing = _Forcing(prefixes, ranks, n)
+    limit = forcing.lengths + opts.max_new_tokens
+    seqs: list[list[int]] = [[] for _ in range(n)]
     active = np.arange(n)
     logits = first_logits
-    for t in range(opts.max_new_tokens):
+    single_end = int(ends[0]) if len(ends) == 1 else None
+    for t in range(int(limit.max())):
         _check_finite(logits)
-        tokens = _choose(penalties.apply(logits, t), opts, rng).astype(np.int64)
-        alive = tokens != eos_id
-        if alive.any():
-            yield active[alive], tokens[alive]
-        if t + 1 == opts.max_new_tokens or not alive.any():
+        if not forcing.on:
+            adjusted = penalties.apply(logits, t)
+            forced = np.zeros(len(active), dtype=bool)
+            tokens = _choose(adjusted, opts, rng).astype(np.int64)
+        else:
+            prefix_len = forcing.lengths[active]
+            adjusted = penalties.apply(logits, t - prefix_len)
+            forced = t < prefix_len
+            tokens = np.zeros(len(active), dtype=np.int64)
+            free = ~forced
+            if free.any():
+                tokens[free] = _choose(adjusted[free], opts, rng)
+            if forced.any():
+                tokens[forced] = forcing.prefix_tokens(t, active[forced])
+            for i in np.flatnonzero(forcing.branch(t, active)).tolist():
+                assert forcing.ranks is not None
+                tokens[i] = _ranked(adjusted[i], int(forcing.ranks[active[i]]))
+        lps = None
+        if scores:
+            rows_i = np.arange(len(tokens))
+            lps = log_softmax(adjusted.astype(np.float64))[rows_i, tokens]
+            if forced.any():
+                raw = log_softmax(logits[forced].astype(np.float64))
+                lps[forced] = raw[np.arange(len(raw)), tokens[forced]]
+        ended = (tokens == single_end) if single_end is not None else np.isin(tokens, ends)
+        if forcing.on:
+            ended &= ~forced
+        alive = ~ended
+        if stop is not None:
+            for i in np.flatnonzero(alive).tolist():
+                r = int(active[i])
+                seqs[r].append(int(tokens[i]))
+                if not forced[i] and stop(r, seqs[r]):
+                    alive[i] = False
+        yield Step(active, tokens, lps, ended)
+        if forcing.on:
+            alive &= t + 1 < limit[active]
+        elif t + 1 == opts.max_new_tokens:
+            return
+        if not alive.any():
             return
         if not alive.all():
             keep = np.flatnonzero(alive)
@@ -235,6 +469,27 @@ def iter_tokens(
         logits = stepper.step(tokens)
 
 
+def iter_tokens(
+    first_logits: np.ndarray,
+    stepper: Stepper,
+    opts: GenerationOptions,
+    eos_id: int,
+    context: list[list[int]] | None = None,
+    banned: Sequence[int] = (),
+    prefixes: Sequence[Sequence[int]] | None = None,
+    stop: StopTest | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Greedy or sampling, one step at a time: yields (rows, tokens) for the rows still running.
+
+    `rows` are indices into the original batch. A row stops at an end token (not yielded), at
+    max_new_tokens past its prefix (whose tokens are yielded too) or when `stop` says so.
+    """
+    for step in steps(first_logits, stepper, opts, eos_id, context, banned, prefixes, None, stop):
+        keep = ~step.ended
+        if keep.any():
+            yield step.rows[keep], step.tokens[keep]
+
+
 def greedy_or_sample(
     first_logits: np.ndarray,
     stepper: Stepper,
@@ -242,12 +497,29 @@ def greedy_or_sample(
     eos_id: int,
     context: list[list[int]] | None = None,
     banned: Sequence[int] = (),
-) -> list[list[int]]:
-    out: list[list[int]] = [[] for _ in range(len(first_logits))]
-    for rows, tokens in iter_tokens(first_logits, stepper, opts, eos_id, context, banned):
-        for r, tok in zip(rows.tolist(), tokens.tolist()):
-            out[r].append(tok)
-    return out
+    prefixes: Sequence[Sequence[int]] | None = None,
+    ranks: Sequence[int] | None = None,
+    stop: StopTest | None = None,
+    scores: bool = False,
+) -> list[Hypothesis]:
+    """One hypothesis per row (score 0 and no log_probs unless `scores`)."""
+    n = len(first_logits)
+    out: list[list[int]] = [[] for _ in range(n)]
+    lps: list[list[float]] = [[] for _ in range(n)]
+    loop = steps(first_logits, stepper, opts, eos_id, context, banned, prefixes, ranks, stop,
+                 scores)  # fmt: skip
+    for step in loop:
+        ended = step.ended.tolist()
+        for r, tok, end in zip(step.rows.tolist(), step.tokens.tolist(), ended):
+            if not end:
+                out[r].append(tok)
+        if step.log_probs is not None:
+            for r, x in zip(step.rows.tolist(), step.log_probs.tolist()):
+                lps[r].append(x)
+    if not scores:
+        return [Hypothesis(o, 0.0) for o in out]
+    lp = opts.length_penalty
+    return [Hypothesis(o, sum(p) / max(len(p), 1) ** lp, p) for o, p in zip(out, lps)]
 
 
 def beam_search(
@@ -257,28 +529,58 @@ def beam_search(
     eos_id: int,
     context: list[list[int]] | None = None,
     banned: Sequence[int] = (),
+    prefixes: Sequence[Sequence[int]] | None = None,
+    ranks: Sequence[int] | None = None,
+    stop: StopTest | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search; returns the n-best hypotheses per batch row, best first."""
+    """Beam search; returns the n-best hypotheses per batch row, best first.
+
+    A row's prefix is forced (one live beam until it ends, scored by the model's distribution);
+    with `ranks`, the token after it is the rank-th best (alternatives). A beam that `stop`
+    stops is a finished hypothesis (its last token kept).
+    """
     B, vocab = first_logits.shape
     K = opts.num_beams
     lp = opts.length_penalty
+    ends = end_ids(opts, eos_id)
+    ends_set = set(ends.tolist())
+    forcing = _Forcing(prefixes, ranks, B)
+    limit = forcing.lengths + opts.max_new_tokens
+    prefix_rows = np.repeat(forcing.lengths, K)
 
     def normalise(score: float, length: int) -> float:
         return score / max(length, 1) ** lp
 
     _check_finite(first_logits)
     rep_context = [c for c in (context or [[]] * B) for _ in range(K)]
-    penalties = _Penalties(opts, eos_id, vocab, rep_context, B * K, banned)
+    penalties = _Penalties(opts, ends, vocab, rep_context, B * K, banned)
     rows = np.repeat(np.arange(B), K)
     stepper.select(rows)
-    logp = log_softmax(penalties.apply(np.repeat(first_logits, K, axis=0), 0))
+    logits = np.repeat(first_logits, K, axis=0)
     # Only the first beam of each row is live at the start (the others are copies).
     beam_scores = np.tile(np.r_[0.0, np.full(K - 1, -np.inf)], B)
     seqs: list[list[int]] = [[] for _ in range(B * K)]
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    seq_lps: list[list[float]] = [[] for _ in range(B * K)]
+    finished: list[list[tuple[float, list[int], list[float]]]] = [[] for _ in range(B)]
     done = np.zeros(B, dtype=bool)
 
-    for t in range(opts.max_new_tokens):
+    for t in range(int(limit.max())):
+        logp = log_softmax(penalties.apply(logits, t - prefix_rows))
+        forced = t < forcing.lengths  # (B,)
+        if forcing.on:  # a forced row: one candidate, from its live first beam
+            branch = forcing.branch(t, np.arange(B))
+            if forced.any():
+                raw = log_softmax(logits.astype(np.float64))
+            for b in np.flatnonzero(forced | branch).tolist():
+                i = b * K
+                if forced[b]:
+                    tok, value = forcing.prefixes[b][t], raw[i, forcing.prefixes[b][t]]
+                else:
+                    assert forcing.ranks is not None
+                    tok = _ranked(logp[i], int(forcing.ranks[b]))
+                    value = logp[i, tok]
+                logp[i : i + K] = -np.inf
+                logp[i, tok] = value
         # the best 2K continuations of each beam, then the best 2K of each batch row
         cand = beam_scores[:, None] + logp  # (B*K, V)
         m = min(2 * K, vocab)
@@ -291,6 +593,7 @@ def beam_search(
         new_rows: list[int] = []
         new_tokens: list[int] = []
         new_scores: list[float] = []
+        new_lps: list[float] = []
         for b in range(B):
             chosen = 0
             for idx, score in zip(top[b].tolist(), top_scores[b].tolist()):
@@ -300,14 +603,17 @@ def beam_search(
                     new_rows.append(b * K)
                     new_tokens.append(eos_id)
                     new_scores.append(-np.inf)
+                    new_lps.append(0.0)
                     chosen += 1
-                elif tok == eos_id:
-                    finished[b].append((normalise(score, t + 1), seqs[src]))
+                elif tok in ends_set and not forced[b]:
+                    lps = seq_lps[src] + [float(logp[src, tok])]
+                    finished[b].append((normalise(score, t + 1), seqs[src], lps))
                     continue
                 else:
                     new_rows.append(src)
                     new_tokens.append(tok)
                     new_scores.append(score)
+                    new_lps.append(float(logp[src, tok]))
                     chosen += 1
                 if chosen == K:
                     break
@@ -315,39 +621,100 @@ def beam_search(
                 new_rows.append(b * K)
                 new_tokens.append(eos_id)
                 new_scores.append(-np.inf)
+                new_lps.append(0.0)
                 chosen += 1
         rows = np.asarray(new_rows)
         tokens = np.asarray(new_tokens, dtype=np.int64)
         beam_scores = np.asarray(new_scores)
         seqs = [seqs[r] + [int(tok)] for r, tok in zip(rows, tokens)]
+        seq_lps = [seq_lps[r] + [x] for r, x in zip(rows.tolist(), new_lps)]
+        if stop is not None:  # a stopped beam is a finished hypothesis
+            for i in np.flatnonzero(beam_scores > -np.inf).tolist():
+                b = i // K
+                if not forced[b] and stop(b, seqs[i]):
+                    finished[b].append((normalise(beam_scores[i], t + 1), seqs[i], seq_lps[i]))
+                    beam_scores[i] = -np.inf
         for b in range(B):
-            if done[b] or len(finished[b]) < K:
+            if done[b]:
                 continue
-            if opts.early_stopping:
+            if len(finished[b]) >= K:
+                if opts.early_stopping:
+                    done[b] = True
+                else:  # stop when no live beam can still beat the worst kept hypothesis
+                    worst = sorted(s for s, _, _ in finished[b])[-K]
+                    best_live = beam_scores[b * K : (b + 1) * K].max()
+                    longest = int(limit[b]) if lp > 0 else t + 1
+                    done[b] = normalise(best_live, longest) <= worst
+            if not done[b] and (t + 1 >= limit[b] or beam_scores[b * K : (b + 1) * K].max()
+                                == -np.inf):  # fmt: skip
+                # out of length: live beams count as hypotheses
+                for i in range(b * K, (b + 1) * K):
+                    if beam_scores[i] > -np.inf:
+                        finished[b].append(
+                            (normalise(beam_scores[i], len(seqs[i])), seqs[i], seq_lps[i])
+                        )
                 done[b] = True
-            else:  # stop when no live beam can still beat the worst kept hypothesis
-                worst = sorted(s for s, _ in finished[b])[-K]
-                best_live = beam_scores[b * K : (b + 1) * K].max()
-                done[b] = normalise(best_live, opts.max_new_tokens if lp > 0 else t + 1) <= worst
-        if done.all() or t + 1 == opts.max_new_tokens:
+        if done.all():
             break
         stepper.select(rows)
         penalties.select(rows)
         penalties.observe(tokens)
         logits = stepper.step(tokens)
         _check_finite(logits)
-        logp = log_softmax(penalties.apply(logits, t + 1))
 
     results = []
     for b in range(B):
-        hyps = list(finished[b])
-        if not done[b]:  # ran out of length: live beams count as hypotheses
-            for i in range(b * K, (b + 1) * K):
-                if beam_scores[i] > -np.inf:
-                    hyps.append((normalise(beam_scores[i], len(seqs[i])), seqs[i]))
-        hyps.sort(key=lambda h: -h[0])
-        results.append([Hypothesis(tokens, score) for score, tokens in hyps[: opts.num_hypotheses]])
+        hyps = sorted(finished[b], key=lambda h: -h[0])[: opts.num_hypotheses]
+        results.append([Hypothesis(tokens, score, lps) for score, tokens, lps in hyps])
     return results
+
+
+def decode(
+    first_logits: np.ndarray,
+    stepper: Stepper,
+    opts: GenerationOptions,
+    eos_id: int,
+    context: list[list[int]] | None = None,
+    banned: Sequence[int] = (),
+    prefixes: Sequence[Sequence[int]] | None = None,
+    stop: StopTest | None = None,
+    scores: bool = True,
+) -> list[list[Hypothesis]]:
+    """The hypotheses of every row, by the strategy `opts` selects.
+
+    - beam search: the num_hypotheses best, best first;
+    - greedy: one; sampling: num_hypotheses independent samples (one seeded generator);
+    - return_alternatives: num_hypotheses continuations, the i-th starting with the i-th best
+      token after the prefix (the prompt for an LM), each continued by the chosen strategy.
+    `prefixes[b]` (ids) are forced; the hypotheses' tokens include them.
+    """
+    B = len(first_logits)
+    A = opts.num_hypotheses if opts.sampling or opts.return_alternatives else 1
+    ranks = None
+    if A > 1 or opts.return_alternatives:
+        rows = np.repeat(np.arange(B), A)
+        stepper.select(rows)
+        first_logits = np.repeat(first_logits, A, axis=0)
+        context = None if context is None else [context[r] for r in rows.tolist()]
+        if prefixes is not None:
+            prefixes = [prefixes[r] for r in rows.tolist()]
+        if stop is not None:
+            row_stop = stop
+            stop = lambda r, seq: row_stop(r // A, seq)  # noqa: E731
+        if opts.return_alternatives:
+            ranks = list(range(A)) * B
+    if opts.num_beams > 1:
+        if A > 1 or opts.return_alternatives:
+            opts = dataclasses.replace(opts, num_hypotheses=1)
+        hyps = beam_search(first_logits, stepper, opts, eos_id, context, banned, prefixes, ranks,
+                           stop)  # fmt: skip
+    else:
+        found = greedy_or_sample(first_logits, stepper, opts, eos_id, context, banned, prefixes,
+                                 ranks, stop, scores)  # fmt: skip
+        hyps = [[h] for h in found]
+    if A == 1:
+        return hyps
+    return [[h for hs in hyps[b * A : (b + 1) * A] for h in hs] for b in range(B)]
 
 
 def score(first_logits: np.ndarray, stepper: Stepper, targets: list[list[int]]) -> list[np.ndarray]:
@@ -377,9 +744,10 @@ def generate(
     eos_id: int,
     context: list[list[int]] | None = None,
     banned: Sequence[int] = (),
+    prefixes: Sequence[Sequence[int]] | None = None,
+    stop: StopTest | None = None,
 ) -> list[list[int]]:
-    """The best token sequence per row, by the strategy `opts` selects."""
-    if opts.num_beams > 1:
-        hyps = beam_search(first_logits, stepper, opts, eos_id, context, banned)
-        return [h[0].tokens for h in hyps]
-    return greedy_or_sample(first_logits, stepper, opts, eos_id, context, banned)
+    """The best (or first) token sequence per row, by the strategy `opts` selects."""
+    hyps = decode(first_logits, stepper, opts, eos_id, context, banned, prefixes, stop,
+                  scores=False)  # fmt: skip
+    return [h[0].tokens if h else [] for h in hyps]

@@ -3,25 +3,31 @@
 A package is a folder:
 
     config.json                 this contract's metadata (below)
-    tokenizer.json              the `tokenizers` tokenizer
+    tokenizer.json              the `tokenizers` tokenizer (of the targets, when the next exists)
+    source_tokenizer.json       optional: the sources' own tokenizer (a converted Marian model has
+                                two SentencePiece models over one vocabulary); when the checksum
+                                list (`files`) names it, the runtime encodes sources with it
     encoder.onnx                encoder-decoder only: source -> cross-attention K/V of every layer
     decoder.onnx                one decoding step, or a prompt prefill, over a preallocated cache
     weights.data                the fp32 weights, shared by the graphs (ONNX external data)
     {graph}.{variant}.onnx      the graphs of a quantized variant (int8, int4) ...
     weights.{variant}.data      ... and its weights
+    golden.json                 PyTorch's greedy run on fixed inputs (inputs, chosen tokens and
+                                top-16 logits per decoder call), for `edgeformer verify`
 
-Graph inputs/outputs (B batch, S source, T new tokens, M cache capacity, H heads, D head dim,
-V vocabulary; ids, positions and masks int64, masks 1 = real token):
+Graph inputs/outputs (B batch, S source, T new tokens, M cache capacity, H heads, G key/value
+heads of the self-attention cache (model.n_kv_heads, grouped-query attention; H when null),
+D head dim, V vocabulary; ids, positions and masks int64, masks 1 = real token):
 
   encoder      in  input_ids (B,S), attention_mask (B,S)                 (right-padded)
                out present.{i}.encoder.key|value (B,H,S,D)               cross K/V per layer
   ED decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
-                   encoder_attention_mask (B,S), past_key_values.{i}.decoder.key|value (B,H,M,D),
+                   encoder_attention_mask (B,S), past_key_values.{i}.decoder.key|value (B,G,M,D),
                    past_key_values.{i}.encoder.key|value (B,H,S,D)
-               out logits (B,V), present.{i}.decoder.key|value (B,H,M,D)
+               out logits (B,V), present.{i}.decoder.key|value (B,G,M,D)
   LM decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
-                   past_key_values.{i}.key|value (B,H,M,D)
-               out logits (B,V), present.{i}.key|value (B,H,M,D)
+                   past_key_values.{i}.key|value (B,G,M,D)
+               out logits (B,V), present.{i}.key|value (B,G,M,D)
 
 The decoder's cache is a buffer of capacity M (up to the model's max_len) that the graph writes
 in place when `past_key_values.X` and `present.X` are bound to the same memory (GroupQuery-
@@ -45,10 +51,13 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 PACKAGE_FORMAT = "edgeformer-package"
 FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
+SOURCE_TOKENIZER_FILE = "source_tokenizer.json"  # optional (encoder-decoder packages)
 FAMILIES = ("encoder-decoder", "decoder-only")
 MIN_ONNXRUNTIME = "1.22.0"  # GroupQueryAttention with a shared buffer and packed QKV on CPU
 
@@ -237,6 +246,52 @@ class SpecialTokens:
     unk_id: int | None = None
 
 
+GOLDEN_FILE = "golden.json"  # PyTorch's greedy run on fixed inputs, for `edgeformer verify`
+
+
+@dataclass(frozen=True)
+class Golden:
+    """What the exporter's PyTorch model did on fixed inputs (GOLDEN_FILE): per decoder call c
+    (the BOS step / prefill, then one per token) and row b, the token it chose, tokens[c][b],
+    and its k largest logits, top_ids[c][b] / top_logits[c][b]."""
+
+    inputs: list[list[int]]  # sources or prompts, unpadded
+    tokens: list[list[int]]
+    top_ids: list[list[list[int]]]
+    top_logits: list[list[list[float]]]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object, vocab_size: int, where: str = GOLDEN_FILE) -> Golden:
+        data = _obj(where, "the top level", data)
+        try:
+            inputs = [np.asarray(r, dtype=np.int64) for r in data["inputs"]]
+            tokens = np.asarray(data["tokens"], dtype=np.int64)  # (calls, B)
+            top_ids = np.asarray(data["top_ids"], dtype=np.int64)  # (calls, B, k)
+            top_logits = np.asarray(data["top_logits"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackageError(
+                f"{where}: inputs, tokens, top_ids, top_logits expected ({e})"
+            ) from None
+        B = len(inputs)
+        ok = (
+            B > 0
+            and all(r.ndim == 1 and len(r) > 0 for r in inputs)
+            and tokens.ndim == 2 and tokens.shape[1] == B and len(tokens) > 0
+            and top_ids.ndim == 3 and top_ids.shape[:2] == tokens.shape
+            and top_logits.shape == top_ids.shape
+            and all(((a >= 0) & (a < vocab_size)).all() for a in (tokens, top_ids, *inputs))
+            and np.isfinite(top_logits).all()
+        )  # fmt: skip
+        if not ok:
+            raise PackageError(f"{where}: shapes, ids or logits out of range")
+        return cls(
+            [r.tolist() for r in inputs], tokens.tolist(), top_ids.tolist(), top_logits.tolist()
+        )
+
+
 @dataclass(frozen=True)
 class VariantEntry:
     files: dict[str, str]  # graph -> file
@@ -269,6 +324,11 @@ class PackageConfig:
     @property
     def n_heads(self) -> int:
         return self.model["n_heads"]
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Heads of the self-attention cache (grouped-query attention); n_heads when absent."""
+        return self.model.get("n_kv_heads") or self.model["n_heads"]
 
     @property
     def head_dim(self) -> int:
@@ -304,6 +364,10 @@ class PackageConfig:
             _int(where, f"model.{key}", model.get(key), 1, most + 1)
         if model["d_model"] % model["n_heads"]:
             raise PackageError(f"{where}: model.d_model is not divisible by model.n_heads")
+        if model.get("n_kv_heads") is not None:
+            kv = _int(where, "model.n_kv_heads", model["n_kv_heads"], 1, model["n_heads"] + 1)
+            if model["n_heads"] % kv:
+                raise PackageError(f"{where}: model.n_heads is not divisible by model.n_kv_heads")
         if model.get("family", family) != family:
             raise PackageError(f"{where}: model.family {model.get('family')!r} != {family!r}")
         special = _obj(where, "special_tokens", data.get("special_tokens"))
@@ -368,6 +432,22 @@ class Package:
 
     def file(self, graph: str, variant: str = "fp32") -> Path:
         return self.path / self.variant(variant).files[graph]
+
+    @property
+    def source_tokenizer(self) -> Path:
+        """The tokenizer of the sources: source_tokenizer.json when listed, else tokenizer.json."""
+        own = SOURCE_TOKENIZER_FILE in self.config.files
+        return self.path / (SOURCE_TOKENIZER_FILE if own else TOKENIZER_FILE)
+
+    def golden(self) -> Golden:
+        """The exporter's PyTorch reference run (packages exported before it have none)."""
+        if GOLDEN_FILE not in self.config.files:
+            raise PackageError(
+                f"model package {self.path} has no {GOLDEN_FILE} (exported by an older "
+                "edgeformer): re-export it to verify it"
+            )
+        data = json.loads((self.path / GOLDEN_FILE).read_text())
+        return Golden.from_json(data, self.config.vocab_size, f"{self.path / GOLDEN_FILE}")
 
 
 def _inside(path: Path, name: object) -> Path:

@@ -6,7 +6,10 @@ caller may ask for.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import onnxruntime as ort
 
@@ -33,12 +36,73 @@ def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOp
         so.intra_op_num_threads = threads
     spin = bool(spinning)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-    so.log_severity_level = 3  # errors only
+    so.log_severity_level = 3  # errors only (create_session follows the edgeformer log level)
     return so
 
 
+Providers = Sequence[str | tuple[str, dict]]
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """How a package's sessions are made (Translator / Generator keyword arguments)."""
+
+    threads: int | None = None  # intra-op threads; None: onnxruntime's default (physical cores)
+    spinning: bool | None = None  # idle intra-op threads spin; None: per graph (SPINNING)
+    options: ort.SessionOptions | None = None  # a caller's SessionOptions, used as given
+    providers: Providers | None = None  # onnxruntime providers; None: the CPU provider
+
+    def __post_init__(self) -> None:
+        if self.options is not None and (self.threads is not None or self.spinning is not None):
+            raise ValueError(
+                "session_options given together with threads / spinning: set intra-op threads "
+                "and 'session.intra_op.allow_spinning' on your SessionOptions instead"
+            )
+        if self.options is not None and not isinstance(self.options, ort.SessionOptions):
+            raise ValueError(
+                f"session_options must be an onnxruntime.SessionOptions, got "
+                f"{type(self.options).__name__}"
+            )
+        if self.providers is not None:
+            if isinstance(self.providers, str) or not self.providers:
+                raise ValueError(
+                    f"providers={self.providers!r}: expected a non-empty list of onnxruntime "
+                    "provider names or (name, options) pairs"
+                )
+            known = ort.get_available_providers()
+            for p in self.providers:
+                name = p[0] if isinstance(p, tuple) else p
+                if name not in known:
+                    raise ValueError(
+                        f"provider {name!r} is not available in this onnxruntime "
+                        f"({ort.__version__}: {', '.join(known)})"
+                    )
+
+    def session(self, path: str | os.PathLike, graph: str) -> ort.InferenceSession:
+        spinning = SPINNING[graph] if self.spinning is None else self.spinning
+        return create_session(path, self.threads, spinning, self.options, self.providers)
+
+
+def ort_log_severity(level: int) -> int:
+    """onnxruntime's log severity for a `logging` level: its warnings only at INFO or below."""
+    return 1 if level <= logging.DEBUG else 2 if level <= logging.INFO else 3
+
+
 def create_session(
-    path: str | os.PathLike, threads: int | None = None, spinning: bool | None = None
+    path: str | os.PathLike,
+    threads: int | None = None,
+    spinning: bool | None = None,
+    options: ort.SessionOptions | None = None,
+    providers: Providers | None = None,
 ) -> ort.InferenceSession:
-    """A CPU-provider session over the graph at `path`."""
-    return ort.InferenceSession(str(path), session_options(threads, spinning), providers=[CPU])
+    """A session over the graph at `path`: the CPU provider and our options by default.
+
+    options: a caller's SessionOptions, used as given (plain onnxruntime's contract; threads and
+    spinning are then its own business). providers: onnxruntime provider names or (name,
+    options) pairs, in priority order, as `ort.InferenceSession(providers=...)` takes them."""
+    if options is None:
+        options = session_options(threads, spinning)
+        options.log_severity_level = ort_log_severity(
+            logging.getLogger("edgeformer").getEffectiveLevel()
+        )
+    return ort.InferenceSession(str(path), options, providers=list(providers or [CPU]))

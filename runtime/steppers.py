@@ -1,8 +1,8 @@
 """The step loop: runs a package's decoder graph one step at a time (see decoding.Stepper).
 
-The KV cache is one preallocated (N, H, M, D) buffer per layer and kind, bound through IO
-binding as both the graph's `past_key_values.*` input and its `present.*` output:
-GroupQueryAttention writes each new key/value in place, so a step copies no cache. Only the
+The KV cache is one preallocated (N, G, M, D) buffer per layer and kind (G key/value heads),
+bound through IO binding as both the graph's `past_key_values.*` input and its `present.*`
+output: GroupQueryAttention writes each new key/value in place, so a step copies no cache. Only the
 new token ids, positions and a small mask go in; only the (N, V) logits come out, into a
 preallocated array. `select` (finished rows dropped, beams reordered) gathers the filled
 prefix of each buffer by row index; the encoder's cross K/V are re-gathered only when the
@@ -49,7 +49,7 @@ class CachedDecoder:
         graph: Graph,
         family: str,
         n_layers: int,
-        n_heads: int,
+        n_kv_heads: int,  # G: heads of the cache (grouped-query attention)
         head_dim: int,
         capacity: int,  # M: the longest sequence (prompt + new tokens) this call can reach
         batch: int,
@@ -57,7 +57,7 @@ class CachedDecoder:
     ):
         self.graph = graph
         self.names = cache_names(family, n_layers)
-        self.shape = (n_heads, capacity, head_dim)
+        self.shape = (n_kv_heads, capacity, head_dim)
         self.rows = batch  # rows allocated in the buffers
         self.buffers = {n: np.zeros((batch, *self.shape), np.float32) for n in self.names}
         self.n = batch  # rows in use
@@ -144,7 +144,7 @@ def start_encoder_decoder(
     static["encoder_attention_mask"] = src_mask
     capacity = min(cfg.max_len, max_new + 1)
     dec = CachedDecoder(
-        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_heads, cfg.head_dim, capacity,
+        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, capacity,
         len(src), static,
     )  # fmt: skip
     bos = np.full((len(src), 1), cfg.special_tokens.bos_id, dtype=np.int64)
@@ -158,8 +158,52 @@ def start_decoder_only(
     """Prefill right-padded prompts (B, T): (stepper, logits after each prompt (B, V))."""
     capacity = min(cfg.max_len, ids.shape[1] + max_new)
     dec = CachedDecoder(
-        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_heads, cfg.head_dim, capacity,
+        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, capacity,
         len(ids),
     )  # fmt: skip
     first = dec.prefill(ids, mask).copy()
     return dec, first
+
+
+class SlidingDecoder:
+    """A decoder-only Stepper that goes on past the model's context: when the next token would
+    need position max_len, every row's cache is rebuilt from its last `keep` tokens, re-encoded
+    from position 0 (one prefill of `keep` tokens per slide), as nanoGPT crops its context.
+    The model then sees between `keep` and max_len tokens of context."""
+
+    def __init__(
+        self, graphs: dict[str, Graph], cfg: PackageConfig, ids: np.ndarray, mask: np.ndarray,
+        keep: int,
+    ):  # fmt: skip
+        if not 1 <= keep < cfg.max_len:
+            raise ValueError(f"sliding window keep={keep} must be in [1, max_len {cfg.max_len})")
+        self.graph, self.cfg, self.keep = graphs["decoder"], cfg, keep
+        self.history = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask)]
+        self.slides = 0
+        self.dec = self._decoder(len(ids))
+        self.first = self.dec.prefill(ids, mask).copy()
+
+    def _decoder(self, batch: int) -> CachedDecoder:
+        c = self.cfg
+        return CachedDecoder(
+            self.graph, c.family, c.n_layers, c.n_kv_heads, c.head_dim, c.max_len, batch
+        )
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
+        for h, t in zip(self.history, tokens.tolist()):
+            h.append(int(t))
+        if int(self.dec.lengths.max()) < self.cfg.max_len:
+            return self.dec.step(tokens)
+        windows = [h[-self.keep :] for h in self.history]
+        T = max(map(len, windows))
+        ids = np.zeros((len(windows), T), dtype=np.int64)
+        mask = np.zeros((len(windows), T), dtype=np.int64)
+        for i, w in enumerate(windows):
+            ids[i, : len(w)], mask[i, : len(w)] = w, 1
+        self.dec = self._decoder(len(windows))
+        self.slides += 1
+        return self.dec.prefill(ids, mask)
+
+    def select(self, rows: np.ndarray) -> None:
+        self.history = [list(self.history[r]) for r in np.asarray(rows).tolist()]
+        self.dec.select(rows)

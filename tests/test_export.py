@@ -100,7 +100,7 @@ def test_config_json_and_checksums(family, tokenizer_json):
     names = io_names(cfg.family, cfg.n_decoder_layers)
     assert config["graphs"] == names
     assert list(config["variants"]) == list(VARIANTS)
-    listed = {"tokenizer.json"}
+    listed = {"tokenizer.json", "golden.json"}
     for variant, v in config["variants"].items():
         assert v["files"] == {g: graph_file(g, variant) for g in names}
         assert v["weights"] == weights_file(variant) and v["io_dtype"] == "float32"
@@ -178,10 +178,11 @@ def test_cache_is_written_in_place(lm_package, lm_checkpoint):
     """The buffer bound as past_key_values.* holds PyTorch's keys after prefill and a step:
     GroupQueryAttention wrote into it (no copy came back through numpy)."""
     from edgeformer.runtime.api import Model
+    from edgeformer.runtime.session import SessionSettings
     from edgeformer.runtime.steppers import start_decoder_only
 
     model = load_checkpoint(lm_checkpoint)[0]
-    runtime = Model(lm_package, "decoder-only", threads=1)
+    runtime = Model(lm_package, "decoder-only", settings=SessionSettings(threads=1))
     ids = np.array([[5, 6, 7, 8], [9, 10, 0, 0]])
     mask = (ids > 0).astype(np.int64)
     stepper, _ = start_decoder_only(runtime.graphs, runtime.config, ids, mask, 4)

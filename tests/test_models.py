@@ -41,7 +41,7 @@ def model(family: str = "encoder-decoder", seed: int = 0, **kw):
         (dict(family="encoder-only"), "family"),
         (dict(dropout=1.5), "dropout"),
         (dict(vocab_size=0), "vocab_size"),
-        (dict(pad_id=1, bos_id=1), "must differ"),
+        (dict(pad_id=2), "must differ"),  # eos_id 2 (pad_id == bos_id is allowed: Marian)
         (dict(eos_id=99), "outside the vocabulary"),
         (dict(positional="rotary", d_model=36, n_heads=4), "even head dim"),
     ],

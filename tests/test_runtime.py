@@ -357,15 +357,23 @@ def test_stream_concatenates_to_generate(generator, kw):
 
 
 def test_text_stream_holds_back_split_characters():
+    """A byte-level tokenizer with no merges: every multi-byte character is split over tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
     text = "grüße, wörld € 😀 ok"
-    data = list(text.encode())  # one "token" per byte: multi-byte characters are split
-
-    def decode(ids):
-        return bytes(ids).decode("utf-8", errors="replace")
-
-    s = TextStream(decode)
-    pieces = [s.push(b) for b in data] + [s.flush()]
+    ids = tok.encode(text).ids
+    assert len(ids) == len(text.encode())  # one token per byte
+    s = TextStream(tok)
+    pieces = [s.push(i) for i in ids] + [s.flush()]
     assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
+    cut = TextStream(tok, ids[:4])  # a context ("grü": 4 bytes) already shown, then the rest
+    assert "".join([cut.push(i) for i in ids[4:]] + [cut.flush()]) == text[3:]
+    half = TextStream(tok)  # ends inside "€": flush gives what decode shows
+    assert "".join([half.push(i) for i in ids[:15]] + [half.flush()]) == tok.decode(ids[:15])
 
 
 def test_no_torch_in_the_runtime(ed_package, lm_package):
@@ -419,7 +427,10 @@ def test_cli_translate_and_generate(ed_package, lm_package, capsys, monkeypatch)
     assert main(["translate", str(ed_package), *texts, "--max-new-tokens", "8"]) == 0
     out = capsys.readouterr()
     assert out.out.splitlines() == t.translate_batch(texts, max_new_tokens=8)
-    assert "on cpu" in out.err
+    assert out.err == ""  # quiet by default
+    assert main(["--log-level", "info", "translate", str(ed_package), *texts]) == 0
+    err = capsys.readouterr().err
+    assert "edgeformer translate: fp32 on cpu" in err and "sentences/s" in err
     monkeypatch.setattr(sys, "stdin", io.StringIO("two dogs .\n\na man rides a bike .\n"))
     assert main(["translate", str(ed_package), "--max-new-tokens", "8", "--beam", "2"]) == 0
     lines = capsys.readouterr().out.split("\n")[:-1]

@@ -1,0 +1,25 @@
+"""`edgeformer convert hf SRC_DIR OUT_CHECKPOINT [--force]`: a local Hugging Face model folder
+(GPT2LMHeadModel, LlamaForCausalLM: config.json, model.safetensors, tokenizer.json;
+MarianMTModel: source.spm, target.spm and vocab.json instead of tokenizer.json) -> an
+edgeformer checkpoint, which `edgeformer export` turns into a package (export also takes the
+Hugging Face folder directly). Nothing is downloaded and transformers is not needed."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str = "convert") -> None:
+    parser.add_argument("source", choices=["hf"], help="source format: hf (Hugging Face folder)")
+    parser.add_argument("src_dir", help="local Hugging Face model folder")
+    parser.add_argument("out_checkpoint", help="edgeformer checkpoint folder to create")
+    parser.add_argument("--force", action="store_true", help="replace an existing checkpoint")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..models.hf import convert_hf
+
+    path = convert_hf(args.src_dir, args.out_checkpoint, force=args.force, verbose=not args.quiet)
+    print(path)
+    return 0

@@ -1,0 +1,149 @@
+"""SentencePiece models -> `tokenizers` tokenizer.json, for converted Marian (OPUS-MT) models.
+
+A Marian folder holds source.spm and target.spm (two SentencePiece Unigram models) and vocab.json
+(piece -> id, one vocabulary for both sides). transformers' MarianTokenizer encodes a text with
+one of the spm models and maps each piece through vocab.json (a piece it lacks -> <unk>), then
+appends </s>; it decodes ids -> pieces (vocab.json reversed) -> the spm model's decode_pieces.
+`spm_tokenizer` writes the equivalent `tokenizers` tokenizer, whose ids are vocab.json's:
+
+- normalizer: the spm model's own normalization table (`Precompiled`: nmt_nfkc and the like),
+  then, with remove_extra_whitespaces, leading/trailing spaces stripped and runs collapsed;
+- pre-tokenizer: `Metaspace` (spaces -> "▁", a "▁" prepended with add_dummy_prefix);
+- model: `Unigram` over vocab.json's tokens in id order, each with its spm score. Tokens of the
+  other side (in vocab.json, not in this spm model) get a score far below every piece, so a text
+  uses them only where this model has no piece at all (where spm gives an unknown piece);
+- special tokens: </s>, <unk>, <pad> (and the spm model's other control pieces), never split;
+  `>>xx<<` language codes of vocab.json (multilingual models) are single tokens of the source;
+- decoder: `Metaspace` ("▁" -> space, the first one dropped): decode gives detokenized text.
+
+Only Unigram models with whitespace escaped as a prefix and no byte fallback (all OPUS-MT models)
+are converted; anything else is a ValueError naming the spm field. The `sentencepiece` library
+(the bench extra) parses the .spm protobuf here only: the runtime never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+SPECIALS = ("</s>", "<unk>", "<pad>")  # Marian's (vocab.json); <s> is not used
+FOREIGN_SCORE = -1e6  # vocab.json tokens the spm model lacks: below any real piece's score
+LANGUAGE_CODE = re.compile(r">>.+<<")  # MarianTokenizer's language_code_re
+
+
+def read_spm(path: str | os.PathLike):
+    """The parsed ModelProto of a .spm file (sentencepiece's protobuf)."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+    except ImportError:
+        raise ImportError(
+            "converting a Marian model needs the `sentencepiece` package to read its .spm files: "
+            "pip install sentencepiece (or edgeformer[bench])"
+        ) from None
+    proto = pb.ModelProto()  # type: ignore[attr-defined]
+    try:
+        proto.ParseFromString(Path(path).read_bytes())
+    except Exception as e:  # protobuf's DecodeError
+        raise ValueError(f"{path} is not a SentencePiece model ({e})") from None
+    return proto
+
+
+def check_spm(proto, path: str | os.PathLike) -> None:
+    """Refuse what the tokenizers equivalent does not reproduce, naming the spm field."""
+    t, n = proto.trainer_spec, proto.normalizer_spec
+
+    def bad(field: str, value: object, supported: str) -> ValueError:
+        return ValueError(
+            f"unsupported SentencePiece model {path}: {field}={value!r} (edgeformer converts "
+            f"{supported})"
+        )
+
+    if t.model_type != 1:  # UNIGRAM
+        raise bad("trainer_spec.model_type", t.model_type, "Unigram models (1)")
+    if t.byte_fallback:
+        raise bad("trainer_spec.byte_fallback", True, "models without byte fallback")
+    if t.treat_whitespace_as_suffix:
+        raise bad("trainer_spec.treat_whitespace_as_suffix", True, "'▁' prefixes only")
+    if n.HasField("escape_whitespaces") and not n.escape_whitespaces:
+        raise bad("normalizer_spec.escape_whitespaces", False, "escaped whitespace ('▁')")
+    if proto.HasField("denormalizer_spec") and proto.denormalizer_spec.precompiled_charsmap:
+        raise bad("denormalizer_spec", "(a decoding table)", "models without one")
+
+
+def spm_tokenizer(
+    spm: str | os.PathLike, vocab: dict[str, int], language_codes: bool = False
+) -> str:
+    """The tokenizer.json text of `spm` with vocab.json's ids (`vocab`: token -> id)."""
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
+
+    proto = read_spm(spm)
+    check_spm(proto, spm)
+    ids = sorted(vocab.values())
+    if ids != list(range(len(vocab))):
+        raise ValueError(f"vocab.json: ids must be 0 .. {len(vocab) - 1}, each once")
+    for token in ("</s>", "<unk>"):
+        if token not in vocab:
+            raise ValueError(f"vocab.json has no {token} (Marian's EOS and unknown token)")
+    scores = {p.piece: p.score for p in proto.pieces if p.type in (1, 4)}  # NORMAL, USER_DEFINED
+    controls = {p.piece for p in proto.pieces if p.type in (2, 3)}  # UNKNOWN, CONTROL
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    unigram = [(t, scores.get(t, 0.0 if t in controls else FOREIGN_SCORE)) for t in tokens]
+    tok = Tokenizer(models.Unigram(unigram, unk_id=vocab["<unk>"], byte_fallback=False))
+
+    n = proto.normalizer_spec
+    steps: list = []
+    if n.precompiled_charsmap:
+        steps.append(normalizers.Precompiled(n.precompiled_charsmap))
+    if not n.HasField("remove_extra_whitespaces") or n.remove_extra_whitespaces:
+        steps += [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
+    if steps:
+        tok.normalizer = normalizers.Sequence(steps)
+    prefix = not n.HasField("add_dummy_prefix") or n.add_dummy_prefix
+    scheme = "always" if prefix else "never"
+    split = not proto.trainer_spec.HasField("split_by_whitespace") or (
+        proto.trainer_spec.split_by_whitespace
+    )
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=scheme, split=split)
+    tok.decoder = decoders.Metaspace(prepend_scheme=scheme, split=split)
+    specials = [t for t in tokens if t in SPECIALS or t in controls]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    if language_codes:  # ">>fra<< text": the code is one token, the text is encoded after it
+        codes = [t for t in tokens if LANGUAGE_CODE.fullmatch(t)]
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in codes])
+    return tok.to_str()
+
+
+def marian_tokenizers(src: Path) -> tuple[str, str]:
+    """(source tokenizer.json, target tokenizer.json) texts of a Marian folder."""
+    missing = [f for f in ("source.spm", "target.spm", "vocab.json") if not (src / f).is_file()]
+    if (src / "target_vocab.json").is_file():
+        raise ValueError(
+            f"{src} has target_vocab.json (separate source and target vocabularies): edgeformer "
+            "converts Marian models with one shared vocab.json"
+        )
+    if missing:
+        raise FileNotFoundError(
+            f"{src} has no {', '.join(missing)}: a Marian folder needs source.spm, target.spm "
+            "and vocab.json (MarianTokenizer.save_pretrained writes them)"
+        )
+    try:
+        vocab = json.loads((src / "vocab.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{src / 'vocab.json'} is not valid JSON ({e})") from None
+    if not isinstance(vocab, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in vocab.items()
+    ):
+        raise ValueError(f"{src / 'vocab.json'} must map tokens to integer ids")
+    source = spm_tokenizer(src / "source.spm", vocab, language_codes=True)
+    return source, spm_tokenizer(src / "target.spm", vocab)

@@ -1,0 +1,58 @@
+"""asyncio access to Translator / Generator: calls run on a worker pool, never on the event loop.
+
+    t = Translator("packages/m30k")
+    text = await t.translate_async("A man rides a bike.")
+    async for piece in g.stream_async("ROMEO:", max_new_tokens=100): ...
+
+Each object owns a small thread pool (`async_workers` threads, default 1: onnxruntime already
+uses every core for one request, so more workers only overlap requests' Python work). The
+objects are thread-safe, so the pool may run several calls at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_END = object()
+
+
+class WorkerPool:
+    """A lazily started thread pool (no threads until the first async call)."""
+
+    def __init__(self, workers: int = 1):
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ValueError(f"async_workers={workers!r} must be a positive integer")
+        self.workers, self._lock = workers, threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="edgeformer")
+            return self._pool
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """fn(*args, **kwargs) on the pool, awaited."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor(), functools.partial(fn, *args, **kwargs))
+
+    async def iterate(self, make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+        """The items of the iterator make() returns, each produced on the pool."""
+        it = await self.run(make)
+        while True:
+            item = await self.run(next, it, _END)
+            if item is _END:
+                return
+            yield item
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None

@@ -1,0 +1,209 @@
+"""Large inputs: translate an iterable or a file in length-sorted sub-batches, in input order.
+
+As CTranslate2's `translate_iterable` / `translate_file`: read ahead a bounded buffer
+(`max_batch_size * READ_AHEAD` examples or tokens), sort it by source length, cut it into
+sub-batches of at most `max_batch_size` examples (`batch_type="examples"`) or padded source
+tokens (`"tokens"`: rows x longest source in the batch), translate them, and give the results
+back in input order. Memory stays bounded by the buffer whatever the input's size.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from .api import Translator
+    from .decoding import GenerationOptions
+
+BATCH_TYPES = ("examples", "tokens")
+READ_AHEAD = 16  # buffer = max_batch_size * READ_AHEAD examples (or tokens), sorted by length
+
+
+@dataclass
+class Batching:
+    """How an iterable is cut into sub-batches (validated on construction)."""
+
+    max_batch_size: int = 32  # examples, or padded source tokens when batch_type="tokens"
+    batch_type: str = "examples"  # "examples" | "tokens"
+    truncate: bool = False  # cut sources longer than the model's max_len instead of failing
+    read_ahead: int = READ_AHEAD  # buffer = max_batch_size * read_ahead (1: interactive input)
+
+    def __post_init__(self) -> None:
+        if self.batch_type not in BATCH_TYPES:
+            raise ValueError(f"batch_type={self.batch_type!r}, expected one of {BATCH_TYPES}")
+        for name in ("max_batch_size", "read_ahead"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+
+    def cost(self, n_rows: int, longest: int) -> int:
+        """What a sub-batch of n_rows sources, the longest `longest` tokens, counts against
+        max_batch_size."""
+        return n_rows if self.batch_type == "examples" else n_rows * longest
+
+
+@dataclass
+class Throughput:
+    """What a translate_file / translate_iterable run did (filled as it goes)."""
+
+    sentences: int = 0
+    source_tokens: int = 0
+    target_tokens: int = 0
+    seconds: float = 0.0
+    started: float = field(default_factory=time.perf_counter, repr=False)
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.sentences / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.target_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{self.sentences:,} sentences in {self.seconds:.1f} s: "
+            f"{self.sentences_per_s:.1f} sentences/s, {self.tokens_per_s:.0f} target tokens/s"
+        )
+
+
+def _sub_batches(lengths: list[int], batching: Batching) -> list[list[int]]:
+    """Buffer positions grouped into sub-batches, longest sources first."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            rows = batches[-1]
+            longest = lengths[rows[0]]  # sorted: the first row is the longest
+            if batching.cost(len(rows) + 1, longest) <= batching.max_batch_size:
+                rows.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
+def _buffers(texts: Iterable[str], batching: Batching) -> Iterator[list[str]]:
+    """The input in read-ahead buffers (cost counted on characters for "tokens": a cheap,
+    generous bound read before tokenizing)."""
+    limit = batching.max_batch_size * batching.read_ahead
+    buffer: list[str] = []
+    cost = 0
+    for text in texts:
+        buffer.append(text)
+        cost += 1 if batching.batch_type == "examples" else max(1, len(text) // 4)
+        if cost >= limit:
+            yield buffer
+            buffer, cost = [], 0
+    if buffer:
+        yield buffer
+
+
+def translate_stream(
+    translator: Translator,
+    texts: Iterable[str],
+    batching: Batching,
+    opts: GenerationOptions,
+    stats: Throughput | None = None,
+    what: str = "texts",
+    first_number: int = 0,
+) -> Iterator[str]:
+    """Translations of `texts` in input order ('' for an empty text). A text the model cannot
+    take is a ValueError naming it: f"{what}[i]" (first_number=0) or "line n" (1)."""
+    stats = stats if stats is not None else Throughput()
+    model = translator.model
+    number = first_number
+    for buffer in _buffers(texts, batching):
+        sources: list[list[int]] = []
+        for text in buffer:
+            try:
+                sources.append(
+                    translator.source_ids(text, batching.truncate, opts.max_input_length)
+                )
+            except ValueError as e:
+                where = f"line {number}" if first_number else f"{what}[{number}]"
+                raise ValueError(f"{where}: {e}") from None
+            number += 1
+        out = [""] * len(buffer)
+        todo = [i for i, s in enumerate(sources) if s]
+        for rows in _sub_batches([len(sources[i]) for i in todo], batching):
+            picked = [todo[r] for r in rows]
+            for i, ids in zip(picked, translator.translate_ids([sources[i] for i in picked], opts)):
+                out[i] = model.decode(ids)
+                stats.target_tokens += len(ids)
+        stats.sentences += len(buffer)
+        stats.source_tokens += sum(len(s) for s in sources)
+        stats.seconds = time.perf_counter() - stats.started
+        yield from out
+
+
+class _Progress:
+    """A one-line progress report on a terminal, at most every half second."""
+
+    def __init__(self, stream: TextIO | None):
+        self.stream, self.last = stream, 0.0
+
+    def show(self, stats: Throughput, final: bool = False) -> None:
+        if self.stream is None:
+            return
+        now = time.perf_counter()
+        if final or now - self.last >= 0.5:
+            self.last = now
+            end = "\n" if final else ""
+            self.stream.write(f"\r{stats.summary()}{end}")
+            self.stream.flush()
+
+
+def read_lines(path: str | os.PathLike) -> Iterator[str]:
+    """A text file's lines (UTF-8, without their line ending), read lazily; a line that is not
+    UTF-8 is a ValueError naming it."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            raw = raw.rstrip(b"\n")
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path}: line {n}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte "
+                    f"{e.start + 1})"
+                ) from None
+
+
+def translate_file(
+    translator: Translator,
+    src_path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    batching: Batching,
+    opts: GenerationOptions,
+    progress: bool | None = None,
+) -> Throughput:
+    """Translate a file line by line into out_path (written whole or not at all: a temporary
+    file renamed at the end). progress: a report line on stderr; None = when it is a terminal."""
+    src, out = Path(src_path), Path(out_path)
+    if not src.is_file():
+        raise FileNotFoundError(f"source file {src} does not exist")
+    if out.resolve() == src.resolve():
+        raise ValueError(f"output file {out} is the source file")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = _Progress(sys.stderr if progress else None)
+    stats = Throughput()
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            lines = translate_stream(translator, read_lines(src), batching, opts, stats, "", 1)
+            for text in lines:
+                f.write(text + "\n")
+                bar.show(stats)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    bar.show(stats, final=True)
+    return stats

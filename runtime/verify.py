@@ -1,0 +1,142 @@
+"""`edgeformer verify PACKAGE`: does this machine run the package correctly, and how fast?
+
+The exporter stored PyTorch's greedy run on fixed inputs in the package (golden.json: the
+inputs, the token chosen at each decoder call, the 16 largest logits there). Here each variant
+is fed PyTorch's tokens through the runtime's own step loop (teacher forcing), and we report:
+
+    agreement   fraction of decoder calls x rows where the variant's argmax is PyTorch's token
+    max diff    largest |logit - PyTorch's| over the stored top-16 logits of every call
+    ms/token    a greedy decode of the first input, batch 1, 32 forced tokens (best of 3)
+
+fp32 must agree everywhere and stay within FP32_TOLERANCE, else the exit code is 1. Quantized
+variants are reported, not judged (their quality bounds are measured on data at export time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .api import Generator, Model, Translator, pad
+from .decoding import GenerationOptions
+from .package import Golden, PackageError, load_package
+from .steppers import start_decoder_only, start_encoder_decoder
+
+FP32_TOLERANCE = 1e-3  # logits of the fp32 graphs vs PyTorch's (export checks 1e-4 on its host)
+TIMED_TOKENS = 32
+
+
+def forced_logits(
+    model: Model, ids: np.ndarray, mask: np.ndarray, tokens: list[np.ndarray]
+) -> list[np.ndarray]:
+    """The package's last-position logits (B, V) at the first decoder call on right-padded
+    inputs (ids, mask), then at one call per given token row (B,): 1 + len(tokens) arrays."""
+    start = start_encoder_decoder if model.family == "encoder-decoder" else start_decoder_only
+    stepper, first = start(model.graphs, model.config, ids, mask, max(1, len(tokens)))
+    out = [first.copy()]
+    for tok in tokens:
+        out.append(stepper.step(np.asarray(tok, dtype=np.int64)).copy())
+    return out
+
+
+@dataclass
+class VariantCheck:
+    variant: str
+    agreement: float = float("nan")
+    max_diff: float = float("nan")
+    ms_per_token: float = float("nan")
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """fp32 must match PyTorch; other variants pass unless they failed to run."""
+        if self.error is not None:
+            return False
+        return self.variant != "fp32" or (self.agreement == 1.0 and self.max_diff <= FP32_TOLERANCE)
+
+
+def check_variant(path: str, variant: str, golden: Golden, threads: int | None) -> VariantCheck:
+    family = load_package(path, verify=False).family
+    cls = Translator if family == "encoder-decoder" else Generator
+    runtime = cls(path, variant, threads=threads)
+    m = runtime.model
+    ids, mask = pad(golden.inputs, m.pad_id)
+    ref_tokens = np.asarray(golden.tokens)  # (calls, B)
+    got = forced_logits(m, ids, mask, list(ref_tokens[:-1]))
+    top_ids, top_logits = np.asarray(golden.top_ids), np.asarray(golden.top_logits)
+    chosen = np.stack([g.argmax(-1) for g in got])  # (calls, B)
+    diffs = [
+        np.abs(np.take_along_axis(g, i, -1) - ref).max()
+        for g, i, ref in zip(got, top_ids, top_logits)
+    ]
+    return VariantCheck(
+        variant, float((chosen == ref_tokens).mean()), float(max(diffs)), _ms_per_token(runtime)
+    )
+
+
+def _ms_per_token(runtime: Translator | Generator) -> float:
+    """Greedy, batch 1, TIMED_TOKENS forced tokens on a 9-token input; best of 3."""
+    m = runtime.model
+    vocab = m.config.vocab_size
+    start = 4 if vocab > 8 else 0
+    ids = [[start + i % (vocab - start) for i in range(8)] + [m.eos_id]]
+    opts = GenerationOptions(max_new_tokens=TIMED_TOKENS, ignore_eos=True)
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        if isinstance(runtime, Translator):
+            runtime.translate_ids(ids, opts)
+        else:
+            runtime.generate_ids([ids[0][:-1]], opts)
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3 / TIMED_TOKENS
+
+
+def verify(path: str, variants: list[str] | None = None, threads: int | None = None):
+    """One VariantCheck per variant (all the package has by default)."""
+    pkg = load_package(path)  # checksums: a corrupt file is an error before anything runs
+    golden = pkg.golden()
+    names = variants or pkg.variants
+    for name in names:
+        pkg.variant(name)  # an unknown name is an error before any timing
+    checks = []
+    for name in names:
+        try:
+            checks.append(check_variant(path, name, golden, threads))
+        except PackageError:
+            raise
+        except Exception as e:  # this machine cannot run the variant: say so, go on
+            checks.append(VariantCheck(name, error=f"{type(e).__name__}: {e}"))
+    return checks
+
+
+def table(checks: list[VariantCheck]) -> str:
+    lines = [f"{'variant':<8} {'agreement':>9} {'max diff':>9} {'ms/token':>9}  verdict"]
+    for c in checks:
+        if c.error:
+            lines.append(f"{c.variant:<8} {'—':>9} {'—':>9} {'—':>9}  FAILED: {c.error[:200]}")
+            continue
+        verdict = "ok" if c.passed else f"FAILED (fp32 must agree, diff <= {FP32_TOLERANCE:g})"
+        if c.variant != "fp32" and c.passed:
+            verdict = "ok (reported; quality bounds are measured at export)"
+        lines.append(
+            f"{c.variant:<8} {c.agreement:>9.3f} {c.max_diff:>9.2e} {c.ms_per_token:>9.3f}  "
+            f"{verdict}"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser, command: str = "verify") -> None:
+    p.add_argument("package", help="model package folder (edgeformer export)")
+    p.add_argument("--variants", default="", help="comma-separated (default: every variant)")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
+
+
+def run(args: argparse.Namespace) -> int:
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()] or None
+    checks = verify(args.package, variants, args.threads)
+    print(table(checks))
+    return 0 if all(c.passed for c in checks) else 1

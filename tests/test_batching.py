@@ -1,0 +1,120 @@
+"""translate_iterable / translate_file: length-sorted sub-batches, results in input order."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgeformer.runtime import Translator
+from edgeformer.runtime.batching import Batching, _sub_batches
+
+TEXTS = [
+    "a man rides a bike .",
+    "",
+    "two dogs play in the snow while a child is watching them from far away .",
+    "a woman sings .",
+    "people",
+    "a very long sentence about a group of people who walk down a busy street in the city .",
+    "   ",
+    "a cat .",
+]
+
+
+@pytest.fixture(scope="module")
+def translator(ed_package):
+    return Translator(ed_package, threads=1)
+
+
+def test_sub_batches_respect_the_limit_and_cover_every_row():
+    lengths = [5, 1, 9, 3, 9, 2, 7]
+    for batching in (Batching(2), Batching(18, "tokens"), Batching(1, "tokens")):
+        batches = _sub_batches(lengths, batching)
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+        for b in batches:
+            longest = max(lengths[i] for i in b)
+            assert lengths[b[0]] == longest  # longest first
+            assert len(b) == 1 or batching.cost(len(b), longest) <= batching.max_batch_size
+    # sorted by length: similar lengths share a batch
+    assert [sorted(lengths[i] for i in b) for b in _sub_batches(lengths, Batching(2))] == [
+        [9, 9],
+        [5, 7],
+        [2, 3],
+        [1],
+    ]
+
+
+@pytest.mark.parametrize("size,kind", [(1, "examples"), (3, "examples"), (40, "tokens")])
+def test_translate_iterable_equals_translate_batch_in_input_order(translator, size, kind):
+    want = translator.translate_batch(TEXTS, max_new_tokens=12)
+    texts = iter(TEXTS)  # any iterable, consumed lazily
+    got = list(translator.translate_iterable(texts, size, kind, max_new_tokens=12))
+    assert got == want
+    assert got[1] == "" and got[6] == ""
+
+
+def test_translate_iterable_is_lazy(translator):
+    seen = []
+
+    def texts():
+        for i in range(10_000):
+            seen.append(i)
+            yield "a man ."
+
+    first = next(iter(translator.translate_iterable(texts(), max_batch_size=2, max_new_tokens=2)))
+    assert isinstance(first, str)
+    assert len(seen) <= 2 * 16  # one read-ahead buffer, not the whole input
+
+
+def test_translate_iterable_names_a_bad_item(translator):
+    with pytest.raises(ValueError, match=r"texts\[2\].*max_len"):
+        list(translator.translate_iterable(["a", "b", "word " * 500], max_new_tokens=2))
+    got = list(translator.translate_iterable(["word " * 500], truncate=True, max_new_tokens=2))
+    assert len(got) == 1
+
+
+@pytest.mark.parametrize("bad", [dict(max_batch_size=0), dict(batch_type="sentences")])
+def test_bad_batching_is_refused(translator, bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        translator.translate_iterable(TEXTS, **bad)
+
+
+def test_translate_file(translator, tmp_path):
+    src, out = tmp_path / "src.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    stats = translator.translate_file(src, out, max_batch_size=3, max_new_tokens=12)
+    want = translator.translate_batch(TEXTS, max_new_tokens=12)
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == want
+    assert stats.sentences == len(TEXTS)
+    assert stats.target_tokens > 0 and stats.seconds > 0 and stats.sentences_per_s > 0
+    assert "sentences/s" in stats.summary()
+
+
+def test_translate_file_writes_nothing_on_a_bad_line(translator, tmp_path):
+    src, out = tmp_path / "src.txt", tmp_path / "out.txt"
+    src.write_bytes(b"a man .\nbad \xff byte\n")
+    with pytest.raises(ValueError, match="line 2: not valid UTF-8"):
+        translator.translate_file(src, out, max_new_tokens=2)
+    src.write_text("a man .\n" + "word " * 500 + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2: .*max_len"):
+        translator.translate_file(src, out, max_new_tokens=2)
+    assert list(tmp_path.iterdir()) == [src]  # no output, no temporary file left
+    with pytest.raises(FileNotFoundError):
+        translator.translate_file(tmp_path / "missing.txt", out)
+    with pytest.raises(ValueError, match="is the source file"):
+        translator.translate_file(src, src)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(sampling=True, top_k=20, seed=3),
+        dict(target_prefix="a man"),
+        dict(num_beams=3),
+        dict(no_repeat_ngram_size=2),
+    ],
+)
+def test_translator_stream_pieces_concatenate_to_translate(translator, kw):
+    for text in TEXTS:
+        pieces = list(translator.stream(text, max_new_tokens=12, **kw))
+        assert "".join(pieces) == translator.translate(text, max_new_tokens=12, **kw)
+        assert all(pieces)

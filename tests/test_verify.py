@@ -1,0 +1,68 @@
+"""`edgeformer verify`: the golden run stored at export, replayed on this machine per variant."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from edgeformer.runtime.cli import main
+from edgeformer.runtime.package import GOLDEN_FILE, PackageError, load_package, sha256
+from edgeformer.runtime.verify import FP32_TOLERANCE, verify
+
+
+@pytest.mark.parametrize("which", ["ed_package", "lm_package"])
+def test_every_variant_replays_pytorchs_golden_run(which, request):
+    path = request.getfixturevalue(which)
+    golden = load_package(path).golden()
+    assert len(golden.tokens) == 16 and len(golden.inputs) == 3  # 1 + 15 calls, 3 rows
+    checks = {c.variant: c for c in verify(path, threads=1)}
+    assert set(checks) == set(load_package(path).variants)
+    fp32 = checks["fp32"]
+    assert fp32.agreement == 1.0 and fp32.max_diff <= FP32_TOLERANCE and fp32.passed
+    assert fp32.ms_per_token > 0
+    for c in checks.values():
+        assert c.error is None and 0 <= c.agreement <= 1, c
+
+
+def _tampered(src, dst, edit) -> None:
+    """A copy of the package whose golden.json was edited (checksum updated to match)."""
+    shutil.copytree(src, dst)
+    golden = json.loads((dst / GOLDEN_FILE).read_text())
+    edit(golden)
+    (dst / GOLDEN_FILE).write_text(json.dumps(golden))
+    config = json.loads((dst / "config.json").read_text())
+    config["files"][GOLDEN_FILE] = sha256(dst / GOLDEN_FILE)
+    (dst / "config.json").write_text(json.dumps(config))
+
+
+def test_verify_fails_when_fp32_disagrees(ed_package, tmp_path, capsys):
+    def shift(g):  # PyTorch "said" other logits: fp32 no longer within tolerance
+        g["top_logits"] = [[[x + 0.5 for x in row] for row in call] for call in g["top_logits"]]
+
+    _tampered(ed_package, tmp_path / "pkg", shift)
+    assert main(["verify", str(tmp_path / "pkg"), "--variants", "fp32", "--threads", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "fp32" in out
+    assert main(["verify", str(ed_package), "--variants", "fp32", "--threads", "1"]) == 0
+    assert " ok" in capsys.readouterr().out
+
+
+def test_verify_errors_are_clear(ed_package, tmp_path):
+    with pytest.raises(PackageError, match="no variant 'int3'"):
+        verify(ed_package, ["int3"])
+
+    def drop(g):
+        g["tokens"] = g["tokens"][:-1]  # shapes no longer agree
+
+    _tampered(ed_package, tmp_path / "bad", drop)
+    with pytest.raises(PackageError, match="golden.json: shapes"):
+        verify(tmp_path / "bad")
+    old = tmp_path / "old"
+    shutil.copytree(ed_package, old)
+    config = json.loads((old / "config.json").read_text())
+    del config["files"][GOLDEN_FILE]
+    (old / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PackageError, match="has no golden.json.*re-export"):
+        verify(old)
