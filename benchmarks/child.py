@@ -13,7 +13,8 @@ the rounds, sending one call at a time.
 
 Worker protocol: the child prints one JSON line when loaded ({"files": [...], "encode": bool,
 "start_rss_mb", "loaded_rss_mb", "rss_delta_mb": peak RSS growth while loading}), then answers
-each request line {"op": "generate", "ids": [[...]], "n": N}, {"op": "encode", "ids": ...} with
+each request line {"op": "generate", "ids": [[...]], "n": N}, {"op": "encode", "ids": ...},
+{"op": "file", "ids", "n", "size", "kind"} (Runner.translate_file) with
 {"ms": time of the call measured in the child, "out": token lists or null}, and {"op": "rss"}
 with {"rss_mb", "peak_rss_mb"}. Failures are {"error": "..."}. Only these lines go to the real
 stdout; anything a library prints goes to stderr.
@@ -65,6 +66,7 @@ def serve(job: Job) -> int:
         {
             "files": [str(f) for f in runner.files],
             "encode": runner.encode is not None,
+            "file": runner.translate_file is not None,
             "start_rss_mb": base,
             "loaded_rss_mb": rss_mb(),
             "rss_delta_mb": peak_rss_mb() - base,
@@ -75,6 +77,12 @@ def serve(job: Job) -> int:
         try:
             if req["op"] == "rss":
                 reply({"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
+                continue
+            if req["op"] == "file":
+                if runner.translate_file is None:
+                    raise RuntimeError("this stack has no batch-translation path")
+                ms = runner.translate_file(req["ids"], req["n"], req["size"], req["kind"])
+                reply({"ms": ms, "out": None})
                 continue
             fn = runner.generate if req["op"] == "generate" else runner.encode
             if fn is None:
@@ -142,6 +150,9 @@ class Worker:
         msg = self._send({"op": op, "ids": ids, "n": n})
         return msg["ms"], msg["out"]
 
+    def translate_file(self, ids: list[list[int]], n: int, size: int, kind: str) -> float:
+        return self._send({"op": "file", "ids": ids, "n": n, "size": size, "kind": kind})["ms"]
+
     def rss(self) -> dict:
         """The worker's current and peak RSS (MB)."""
         return self._send({"op": "rss"})
@@ -160,6 +171,7 @@ class Worker:
             timed_encode=lambda ids: self.call("encode", ids),
             close=self.close,
             rss=self.rss,
+            translate_file=self.translate_file if self.hello.get("file") else None,
         )
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import measure, report
+from . import files, measure, report
 from .child import Worker, child_peak_rss
 from .runners import quiet_libraries
 from .settings import DEFAULT_OUT, ISOLATION_MODES, MEMORY_MODES, SPINNING, Job, Settings
@@ -37,7 +37,9 @@ from .stacks import (
 def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
     p.add_argument("--shapes", default="ed,lm", help="ed,lm (default both)")
     p.add_argument(
-        "--workloads", default="W1,W2,W3,sweep", help="W1,W2,W3,sweep (none: quality only)"
+        "--workloads",
+        default="W1,W2,W3,sweep,file",
+        help="W1,W2,W3,sweep,file (file: a test set through translate_file; none: quality only)",
     )
     p.add_argument(
         "--stacks",
@@ -148,6 +150,7 @@ def bench(settings: Settings) -> int:
         "stacks": {},
         "workloads": [],
         "sweep": [],
+        "file": [],
     }
     try:
         for shape, pkg, ckpt in _shapes(settings) if settings.workloads else []:
@@ -241,6 +244,8 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
             recs = measure.run_sweep(live, inputs, w, settings.rounds, settings.warmup)
             for name, rec in recs.items():
                 results["sweep"].append({"shape": shape.name, "stack": name, "batch": b, **rec})
+    if "file" in settings.workloads and shape.is_ed:
+        _bench_files(runners, shape, settings, info, results)
     for name, r in runners.items():
         if r.rss and settings.memory != "off":  # the stack's process after all its runs
             try:
@@ -253,6 +258,44 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
     gc.collect()
     if settings.profile:
         results.setdefault("profile", {})[shape.name] = _profile(job, [s.name for s in ready])
+
+
+def _bench_files(runners: dict, shape: Shape, settings: Settings, info: dict, results: dict):
+    """The file-translation workload (benchmarks.files): every stack with a batch-translation
+    path, each batching candidate in turn (stacks interleaved), best per stack."""
+    work = files.file_workload(shape.cfg.vocab_size, settings.quick)
+    live = {k: r for k, r in runners.items() if r.translate_file is not None}
+    for name, r in list(live.items()):
+        try:
+            r.translate_file(work.sources[:32], 2, 32, "examples")  # warm-up, untimed
+        except Exception as e:
+            info[name].setdefault("errors", {})["file"] = _err(e)
+            print(f"  {name} failed on file: {_err(e)}")
+            del live[name]
+    runs: dict[str, list[dict]] = {k: [] for k in live}
+    for _ in range(1 if settings.quick else 2):
+        for size, kind in work.candidates:
+            for name, r in live.items():
+                time.sleep(measure.SETTLE_S)
+                ms = r.translate_file(work.sources, work.new_tokens, size, kind)
+                runs[name].append({"max_batch_size": size, "batch_type": kind, "ms": ms})
+    for name, rows in runs.items():
+        best = min(rows, key=lambda row: row["ms"])
+        results["file"].append(
+            {
+                "shape": shape.name,
+                "stack": name,
+                "sentences": work.sentences,
+                "new_tokens": work.new_tokens,
+                "best": {
+                    **best,
+                    "sentences_per_s": files.sentences_per_s(work.sentences, best["ms"]),
+                    "tokens_per_s": files.sentences_per_s(work.sentences, best["ms"])
+                    * work.new_tokens,
+                },
+                "runs": rows,
+            }
+        )
 
 
 def _load(s: Stack, job: Job, workloads) -> tuple:

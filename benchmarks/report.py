@@ -70,6 +70,7 @@ def _ms(results: dict, shape: str, workload: str, stack: str) -> float | None:
 def targets(results: dict) -> dict:
     """Measured ratios against the issue's targets (a row only where both stacks ran)."""
     out: dict = {"fp32_vs_ct2": [], "speedup_vs_eager": [], "quantized_vs_genai": []}
+    out["file_vs_ct2"] = file_targets(results.get("file", []))
     stacks = results["stacks"]
     for r in results["workloads"]:
         if r["stack"] != "edgeformer-fp32":
@@ -130,6 +131,29 @@ def targets(results: dict) -> dict:
                 "met": quant[best] / peer <= QUANT_RATIO_TARGET,
             }
         )
+    return out
+
+
+def file_targets(rows: list[dict]) -> list[dict]:
+    """File translation (sentences/s, each stack's best batching): edgeformer-fp32 >= ct2-fp32,
+    and our best CPU variant ahead of CTranslate2's best stack."""
+    best = {r["stack"]: r["best"]["sentences_per_s"] for r in rows}
+    ours = {k: v for k, v in best.items() if k.startswith("edgeformer-")}
+    peers = {k: v for k, v in best.items() if k.startswith("ct2-")}
+    out = []
+    if "edgeformer-fp32" in ours and FP32_PEER in peers:
+        ratio = ours["edgeformer-fp32"] / peers[FP32_PEER]
+        out.append(
+            {"ours": "edgeformer-fp32", "peer": FP32_PEER, "ours_sps": ours["edgeformer-fp32"],
+             "peer_sps": peers[FP32_PEER], "ratio": ratio, "target": 1.0, "met": ratio >= 1.0}
+        )  # fmt: skip
+    if ours and peers:
+        a, b = max(ours, key=ours.__getitem__), max(peers, key=peers.__getitem__)
+        ratio = ours[a] / peers[b]
+        out.append(
+            {"ours": a, "peer": b, "ours_sps": ours[a], "peer_sps": peers[b], "ratio": ratio,
+             "target": 1.0, "met": ratio > 1.0}
+        )  # fmt: skip
     return out
 
 
@@ -228,6 +252,7 @@ def markdown(results: dict) -> str:
                 cells = [_f(tps.get((name, b)), 0) for b in batches]
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
+        lines += _file_md([r for r in results.get("file", []) if r["shape"] == shape])
         skipped = {k: s for k, s in stacks.items() if s.get("status") != "ok"}
         for k, s in skipped.items():
             lines.append(f"- skipped {k}: {s.get('reason')}")
@@ -241,6 +266,39 @@ def markdown(results: dict) -> str:
     if results.get("quality"):
         lines += _quality_md(results["quality"])
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _file_md(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    r0 = rows[0]
+    settings = list(dict.fromkeys((x["max_batch_size"], x["batch_type"]) for x in r0["runs"]))
+    lines = [
+        f"### File translation: {r0['sentences']:,} sentences (test_2016_flickr source lengths), "
+        f"{r0['new_tokens']} tokens each",
+        "",
+        "Sentences/s through the stack's batch path (ours: `Translator.translate_file`; "
+        "CTranslate2: `translate_batch` with its `max_batch_size` / `batch_type`), best of "
+        "the runs per setting; the stack's best setting in bold.",
+        "",
+        "| stack | best | sentences/s | tokens/s | "
+        + " | ".join(f"{n} {k}" for n, k in settings)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(settings),
+    ]
+    for r in sorted(rows, key=lambda r: -r["best"]["sentences_per_s"]):
+        b = r["best"]
+        cells = []
+        for n, k in settings:
+            ms = min(x["ms"] for x in r["runs"] if (x["max_batch_size"], x["batch_type"]) == (n, k))
+            cells.append(_f(r["sentences"] / (ms / 1e3), 1))
+        lines.append(
+            f"| {r['stack']} | **{b['max_batch_size']} {b['batch_type']}** | "
+            f"{_f(b['sentences_per_s'], 1)} | {_f(b['tokens_per_s'], 0)} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return lines + [""]
 
 
 def _shape_line(cfg: dict) -> str:
@@ -290,6 +348,11 @@ def _targets_md(t: dict) -> list[str]:
         lines.append(
             f"- best quantized variant vs {QUANT_PEER} ({where}): not computed (a quantized "
             f"variant or {QUANT_PEER} did not run)"
+        )
+    for r in t.get("file_vs_ct2", []):
+        lines.append(
+            f"- ED file translation: {r['ours']} {r['ours_sps']:.1f} ÷ {r['peer']} "
+            f"{r['peer_sps']:.1f} sentences/s = **{r['ratio']:.2f}** (target ≥ 1: {_met(r)})"
         )
     return lines + [""]
 

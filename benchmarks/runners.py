@@ -2,6 +2,9 @@
 
     generate(ids, n)  token id lists -> n new ids per row (greedy, EOS ignored: forced length)
     encode(ids)       the encoder alone (ED stacks that expose it), result discarded
+    translate_file(ids, n, max_batch_size, batch_type)
+                      ED stacks with a batch-translation path: the sources (no EOS) written to a
+                      file, translated to a file (n tokens each); returns the ms of the latter
     files             what the stack loads from disk (its model size)
 
 Every loader takes the `Job` (stack, shape, work folder, settings) and uses the files that
@@ -14,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +39,29 @@ class Runner:
     timed_encode: Callable[[list[list[int]]], tuple[float, object]] | None = None
     close: Callable[[], None] | None = None
     rss: Callable[[], dict] | None = None  # the stack's process: {"rss_mb", "peak_rss_mb"}
+    translate_file: Callable[[list[list[int]], int, int, str], float] | None = None
+
+
+def file_timer(vocab: list[str], translate: Callable[[Path, Path, int, int, str], None]):
+    """Runner.translate_file around translate(src, out, n, max_batch_size, batch_type): the
+    sources are written as words of the stack's vocabulary (untimed), the translation is timed
+    and its output checked to have one line per source."""
+
+    def timed(ids: list[list[int]], n: int, max_batch_size: int, batch_type: str) -> float:
+        from .files import write_tokens
+
+        with tempfile.TemporaryDirectory(prefix="edgeformer-bench-file-") as d:
+            src, out = Path(d) / "src.txt", Path(d) / "out.txt"
+            write_tokens(src, ids, vocab)
+            t = time.perf_counter()
+            translate(src, out, n, max_batch_size, batch_type)
+            ms = (time.perf_counter() - t) * 1e3
+            lines = out.read_text(encoding="utf-8").count("\n")
+            if lines != len(ids):
+                raise RuntimeError(f"translated {lines} lines of {len(ids)}")
+        return ms
+
+    return timed
 
 
 def quiet_libraries() -> None:
@@ -148,7 +176,18 @@ def load_our_runtime(job: Job, variant: str) -> Runner:
                 x[i, : len(r)], m[i, : len(r)] = r, 1
             return enc.run(None, {"input_ids": x, "attention_mask": m})
 
-    return Runner(generate, encode, variant_files(pkg, variant))
+    def translate_file(src: Path, out: Path, n: int, max_batch_size: int, batch_type: str):
+        assert isinstance(rt, Translator)  # set on encoder-decoder shapes only
+        rt.translate_file(
+            src, out, max_batch_size, batch_type, progress=False, max_new_tokens=n,
+            ignore_eos=True,
+        )  # fmt: skip
+
+    r = Runner(generate, encode, variant_files(pkg, variant))
+    if job.shape.is_ed:
+        words = [rt.model.tokenizer.id_to_token(i) or "" for i in range(pkg.config.vocab_size)]
+        r.translate_file = file_timer(words, translate_file)
+    return r
 
 
 # ---- peers: Hugging Face PyTorch, Optimum, CTranslate2 -----------------------------------------
@@ -258,6 +297,16 @@ def load_ct2(job: Job, int8: bool) -> Runner:
             )  # fmt: skip
             return [[index[t] for t in r.hypotheses[0]] for r in res]
 
+        def translate_file(src: Path, out: Path, n: int, max_batch_size: int, batch_type: str):
+            eos = vocab[0]  # Marian's '</s>': the source ends with it, as in `generate`
+            lines = src.read_text(encoding="utf-8").splitlines()
+            res = tr.translate_batch(
+                [line.split() + [eos] for line in lines], max_batch_size=max_batch_size,
+                batch_type=batch_type, beam_size=1, max_decoding_length=n,
+                min_decoding_length=n, max_input_length=0,
+            )  # fmt: skip
+            out.write_text("".join(" ".join(r.hypotheses[0]) + "\n" for r in res), "utf-8")
+
     else:
         gen = ctranslate2.Generator(str(path), **kw)
 
@@ -268,7 +317,10 @@ def load_ct2(job: Job, int8: bool) -> Runner:
             )  # fmt: skip
             return [list(r.sequences_ids[0]) for r in res]
 
-    return Runner(generate, None, [path / "model.bin"])
+    r = Runner(generate, None, [path / "model.bin"])
+    if job.shape.is_ed:
+        r.translate_file = file_timer(vocab, translate_file)
+    return r
 
 
 # ---- onnxruntime-genai -------------------------------------------------------------------------

@@ -32,7 +32,7 @@ ISOLATION_MODES = ("process", "none")
 class Settings:
     quick: bool = False
     shapes: tuple[str, ...] = ("ed", "lm")
-    workloads: tuple[str, ...] = ("W1", "W2", "W3", "sweep")  # () = quality only
+    workloads: tuple[str, ...] = ("W1", "W2", "W3", "sweep", "file")  # () = quality only
     stacks: str = "all"  # all | ours | peers | names or prefixes, comma-separated
     threads: int = 2
     rounds: int = 7
@@ -54,8 +54,8 @@ class Settings:
 
     def __post_init__(self):
         for w in self.workloads:
-            if w not in WORKLOADS and w != "sweep":
-                raise ValueError(f"unknown workload {w!r}; expected W1, W2, W3, sweep")
+            if w not in WORKLOADS and w not in ("sweep", "file"):
+                raise ValueError(f"unknown workload {w!r}; expected W1, W2, W3, sweep, file")
         for s in self.shapes:
             if s not in ("ed", "lm"):
                 raise ValueError(f"unknown shape {s!r}; expected ed, lm")

@@ -257,4 +257,54 @@ def test_targets_and_markdown_on_synthetic_results():
         "fp32_vs_ct2": [],
         "speedup_vs_eager": [],
         "quantized_vs_genai": [],
+        "file_vs_ct2": [],
     }
+
+
+def _file_row(stack: str, sentences_per_s: float, runs: list[float]) -> dict:
+    settings = [(32, "examples"), (1024, "tokens")]
+    return {
+        "shape": "ed",
+        "stack": stack,
+        "sentences": 100,
+        "new_tokens": 16,
+        "best": {"max_batch_size": 32, "batch_type": "examples",
+                 "sentences_per_s": sentences_per_s, "tokens_per_s": 16 * sentences_per_s},
+        "runs": [{"max_batch_size": n, "batch_type": k, "ms": ms}
+                 for (n, k), ms in zip(settings, runs)],
+    }  # fmt: skip
+
+
+def test_file_targets_compare_each_stacks_best():
+    rows = [
+        _file_row("edgeformer-fp32", 90.0, [1111.1, 2000.0]),
+        _file_row("edgeformer-int4", 150.0, [666.7, 900.0]),
+        _file_row("ct2-fp32", 100.0, [1000.0, 1200.0]),
+        _file_row("ct2-int8", 120.0, [833.3, 1000.0]),
+    ]
+    fp32, best = report.file_targets(rows)
+    assert (fp32["ours"], fp32["peer"], fp32["met"]) == ("edgeformer-fp32", "ct2-fp32", False)
+    assert fp32["ratio"] == pytest.approx(0.9)
+    assert (best["ours"], best["peer"], best["met"]) == ("edgeformer-int4", "ct2-int8", True)
+    assert best["ratio"] == pytest.approx(1.25)
+    md = "\n".join(report._file_md(rows))
+    assert "| edgeformer-int4 | **32 examples** | 150.0 |" in md and "| 90.0 | 50.0 |" in md
+    assert report.file_targets(rows[:2]) == []  # no CTranslate2 row: nothing to compare
+
+
+@pytest.mark.slow
+def test_quick_bench_file_translation(tmp_path):
+    """ED file workload through our translate_file (and CTranslate2's when installed)."""
+    stacks = ["edgeformer-fp32"] + (["ct2-fp32"] if _have("transformers", "ctranslate2") else [])
+    out = tmp_path / "results"
+    argv = ["bench", "--quick", "--shapes", "ed", "--stacks", ",".join(stacks)]
+    argv += ["--workloads", "file", "--memory", "off", "--out", str(out)]
+    assert main(argv) == 0
+    res = json.loads((out / "latest.json").read_text())
+    rows = {r["stack"]: r for r in res["file"]}
+    assert set(rows) == set(stacks)
+    for r in rows.values():
+        assert r["sentences"] == 200 and r["new_tokens"] == 16
+        assert r["best"]["sentences_per_s"] > 0 and r["runs"]
+    assert len(res["targets"]["file_vs_ct2"]) == (2 if len(stacks) == 2 else 0)
+    assert "### File translation: 200 sentences" in (out / "latest.md").read_text()
