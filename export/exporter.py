@@ -8,6 +8,7 @@ never the checkpoint itself or a folder that holds it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -111,6 +112,28 @@ def make_temporary(out_dir: Path) -> Path:
     return tmp
 
 
+def measure_variants(folder: Path, config: PackageConfig, verbose: bool) -> PackageConfig:
+    """Each variant's agreement with PyTorch's golden run and its ms/token on this machine
+    (runtime.verify), recorded in the config: what variant="auto" chooses from."""
+    from ..runtime.verify import verify
+
+    measured = {}
+    for c in verify(folder):
+        if c.error is None:
+            measured[c.variant] = dataclasses.replace(
+                config.variants[c.variant],
+                measured={
+                    "agreement": c.agreement,
+                    "max_logit_diff": c.max_diff,
+                    "ms_per_token": c.ms_per_token,
+                },
+            )
+            _log(
+                verbose, f"{c.variant}: agreement {c.agreement:.3f}, {c.ms_per_token:.3f} ms/token"
+            )
+    return dataclasses.replace(config, variants={**config.variants, **measured})
+
+
 def export_package(
     checkpoint_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -168,6 +191,8 @@ def export_package(
             task=ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
             opset=OPSET,
         )
+        (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
+        config = measure_variants(tmp, config, verbose)
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
         (tmp / PID_FILE).unlink()
         check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed meanwhile

@@ -48,7 +48,16 @@ from .decoding import (
     iter_tokens,
     score,
 )
-from .package import TOKENIZER_FILE, Package, PackageError, graph_names, io_names, load_package
+from .package import (
+    MAX_QUALITY_LOSS,
+    TOKENIZER_FILE,
+    Package,
+    PackageError,
+    graph_names,
+    io_names,
+    load_package,
+    pick_variant,
+)
 from .session import PROVIDERS, Providers, SessionSettings
 from .steppers import (
     CachedDecoder,
@@ -244,9 +253,13 @@ class Model:
         variant: str = "fp32",
         provider: str = "auto",
         settings: SessionSettings | None = None,
+        max_quality_loss: float = MAX_QUALITY_LOSS,
     ):
         settings = settings or SessionSettings()
         pkg: Package = load_package(package_path)
+        self.variant_reason = "asked for"
+        if variant == "auto":  # export's measurements decide (package.pick_variant)
+            variant, self.variant_reason = pick_variant(pkg.config, max_quality_loss)
         if pkg.family != family:
             use = "Translator" if pkg.family == "encoder-decoder" else "Generator"
             raise PackageError(
@@ -399,11 +412,15 @@ class Translator:
         session_options: ort.SessionOptions | None = None,
         providers: Providers | None = None,
         async_workers: int = 1,
+        max_quality_loss: float = MAX_QUALITY_LOSS,
     ):
         self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
         settings = SessionSettings(threads, spinning, session_options, providers)
-        self.model = Model(package_path, "encoder-decoder", variant, provider, settings)
-        self.provider, self.max_len = self.model.provider, self.model.max_len
+        m = Model(package_path, "encoder-decoder", variant, provider, settings, max_quality_loss)
+        self.model = m
+        # variant: the one running ("auto" resolved); variant_reason: why it was chosen
+        self.variant, self.variant_reason = m.variant, m.variant_reason
+        self.provider, self.max_len = m.provider, m.max_len
         self._warn = _WarnOnce()
         self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
 
@@ -743,11 +760,15 @@ class Generator:
         session_options: ort.SessionOptions | None = None,
         providers: Providers | None = None,
         async_workers: int = 1,
+        max_quality_loss: float = MAX_QUALITY_LOSS,
     ):
         self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
         settings = SessionSettings(threads, spinning, session_options, providers)
-        self.model = Model(package_path, "decoder-only", variant, provider, settings)
-        self.provider, self.max_len = self.model.provider, self.model.max_len
+        m = Model(package_path, "decoder-only", variant, provider, settings, max_quality_loss)
+        self.model = m
+        # variant: the one running ("auto" resolved); variant_reason: why it was chosen
+        self.variant, self.variant_reason = m.variant, m.variant_reason
+        self.provider, self.max_len = m.provider, m.max_len
         self._warn = _WarnOnce()
         self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from .api import Generator, Translator, make_options, text_problem
 from .batching import BATCH_TYPES, READ_AHEAD, Batching, Throughput, translate_stream
 from .decoding import GenerationOptions
-from .package import VARIANTS
+from .package import MAX_QUALITY_LOSS, VARIANTS, pick_variant
 
 log = logging.getLogger("edgeformer")
 
@@ -100,6 +100,14 @@ def package_info(path: str) -> str:
         files = [*v.files.values(), v.weights]
         size = sum((pkg.path / f).stat().st_size for f in files) / 1e6
         lines.append(f"  {name:<6} {size:8.2f} MB  {v.description}")
+        if v.measured:
+            m = v.measured
+            lines.append(
+                f"         at export: agreement with PyTorch {m['agreement']:.3f}, max logit "
+                f"diff {m['max_logit_diff']:.2e}, {m['ms_per_token']:.3f} ms/token"
+            )
+    _, why = pick_variant(c, MAX_QUALITY_LOSS)
+    lines.append(f"  auto -> {why}")
     lines.append("graphs")
     for graph, io in c.graphs.items():
         lines.append(f"  {graph}: in {_names(io['inputs'], 4)}; out {_names(io['outputs'], 3)}")
@@ -116,7 +124,19 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("package", help="model package folder (edgeformer export)")
     p.add_argument("texts", nargs="*", metavar="TEXT", help=what or "prompt(s) (default: stdin)")
     g = p.add_argument_group("runtime")
-    g.add_argument("--variant", default="fp32", help=" | ".join(VARIANTS))
+    g.add_argument(
+        "--variant",
+        default="fp32",
+        help=" | ".join(VARIANTS) + " | auto (the fastest export measured within "
+        "--max-quality-loss)",
+    )
+    g.add_argument(
+        "--max-quality-loss",
+        type=float,
+        default=MAX_QUALITY_LOSS,
+        metavar="X",
+        help=f"auto: largest 1 - agreement with PyTorch accepted (default {MAX_QUALITY_LOSS})",
+    )
     g.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda"))
     g.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
     g.add_argument(
@@ -284,9 +304,14 @@ def run(args: argparse.Namespace) -> int:
     opts = options(args)
     spinning = None if args.spinning is None else args.spinning == "on"
     cls = Translator if args.command == "translate" else Generator
-    model = cls(args.package, args.variant, args.provider, args.threads, spinning)
+    model = cls(
+        args.package, args.variant, args.provider, args.threads, spinning,
+        max_quality_loss=args.max_quality_loss,
+    )  # fmt: skip
+    if args.variant == "auto":
+        log.info(f"variant {model.variant_reason}")
     threads = f", {args.threads} threads" if args.threads else ""
-    log.info(f"{args.variant} on {model.provider}{threads}")
+    log.info(f"{model.variant} on {model.provider}{threads}")
     bad = 0
 
     def usable(n: int, text: str | None, problem: str | None) -> bool:

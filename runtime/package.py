@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -298,6 +299,52 @@ class VariantEntry:
     weights: str  # the variant's weights file
     io_dtype: str = "float32"
     description: str = ""
+    # what export measured on its machine (runtime.verify over golden.json): agreement (the
+    # fraction of decoder calls whose top token is PyTorch's), max_logit_diff, ms_per_token
+    measured: dict[str, float] = field(default_factory=dict)
+
+
+MEASURED_KEYS = ("agreement", "max_logit_diff", "ms_per_token")
+# variant="auto": the largest quality loss (1 - agreement with PyTorch's golden run) accepted
+MAX_QUALITY_LOSS = 0.05
+
+
+def _measured(where: str, key: str, value: object) -> dict[str, float]:
+    value = _obj(where, key, value)
+    out = {}
+    for name in MEASURED_KEYS:
+        x = value.get(name)
+        if not isinstance(x, int | float) or isinstance(x, bool) or not 0 <= x < math.inf:
+            raise PackageError(f"{where}: {key}.{name} must be a number >= 0, got {x!r}")
+        if name == "agreement" and x > 1:
+            raise PackageError(f"{where}: {key}.agreement must be in [0, 1], got {x!r}")
+        out[name] = float(x)
+    return out
+
+
+def pick_variant(config: PackageConfig, max_quality_loss: float) -> tuple[str, str]:
+    """(variant, why) for variant="auto": the fastest variant export measured whose quality loss
+    (1 - agreement with PyTorch on golden.json) is at most max_quality_loss; fp32 when nothing
+    was measured (a package exported before measurements) or nothing else qualifies."""
+    if not 0 <= max_quality_loss <= 1:
+        raise ValueError(f"max_quality_loss={max_quality_loss} must be in [0, 1]")
+    measured = {k: v.measured for k, v in config.variants.items() if v.measured}
+    if "fp32" not in measured:
+        return "fp32", "no export measurements in this package: fp32"
+    ok = {k: m for k, m in measured.items() if 1 - m["agreement"] <= max_quality_loss + 1e-12}
+    best = min(ok, key=lambda k: ok[k]["ms_per_token"])
+    left = sorted(set(measured) - set(ok))
+    others = (
+        "; too lossy: " + ", ".join(f"{k} {1 - measured[k]['agreement']:.3f}" for k in left)
+        if left
+        else ""
+    )
+    why = (
+        f"{best}: fastest at export ({ok[best]['ms_per_token']:.3f} ms/token) within "
+        f"max_quality_loss {max_quality_loss:g} (loss = 1 - agreement with PyTorch: "
+        f"{1 - ok[best]['agreement']:.3f}){others}"
+    )
+    return best, why
 
 
 @dataclass(frozen=True)
@@ -389,9 +436,11 @@ class PackageConfig:
             if set(files) != set(want):
                 raise PackageError(f"{where}: {key}.files must name the graphs {sorted(want)}")
             _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
+            measured = entry.get("measured")
             variants[name] = VariantEntry(
                 files, entry["weights"], str(entry.get("io_dtype", "float32")),
                 str(entry.get("description", "")),
+                _measured(where, f"{key}.measured", measured) if measured else {},
             )  # fmt: skip
         if "fp32" not in variants:
             raise PackageError(f"{where}: variants has no fp32")

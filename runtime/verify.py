@@ -15,6 +15,7 @@ variants are reported, not judged (their quality bounds are measured on data at 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass
 
@@ -58,7 +59,9 @@ class VariantCheck:
         return self.variant != "fp32" or (self.agreement == 1.0 and self.max_diff <= FP32_TOLERANCE)
 
 
-def check_variant(path: str, variant: str, golden: Golden, threads: int | None) -> VariantCheck:
+def check_variant(
+    path: str | os.PathLike, variant: str, golden: Golden, threads: int | None
+) -> VariantCheck:
     family = load_package(path, verify=False).family
     cls = Translator if family == "encoder-decoder" else Generator
     runtime = cls(path, variant, threads=threads)
@@ -95,7 +98,9 @@ def _ms_per_token(runtime: Translator | Generator) -> float:
     return best * 1e3 / TIMED_TOKENS
 
 
-def verify(path: str, variants: list[str] | None = None, threads: int | None = None):
+def verify(
+    path: str | os.PathLike, variants: list[str] | None = None, threads: int | None = None
+) -> list[VariantCheck]:
     """One VariantCheck per variant (all the package has by default)."""
     pkg = load_package(path)  # checksums: a corrupt file is an error before anything runs
     golden = pkg.golden()

@@ -66,3 +66,46 @@ def test_verify_errors_are_clear(ed_package, tmp_path):
     (old / "config.json").write_text(json.dumps(config))
     with pytest.raises(PackageError, match="has no golden.json.*re-export"):
         verify(old)
+
+
+def test_export_measures_each_variant_and_auto_picks_by_them(ed_package, capsys):
+    import dataclasses
+
+    from edgeformer.runtime import Translator
+    from edgeformer.runtime.package import pick_variant
+
+    config = load_package(ed_package).config
+    measured = {k: v.measured for k, v in config.variants.items()}
+    assert set(measured) == {"fp32", "int8", "int4"} and measured["fp32"]["agreement"] == 1.0
+    assert all(m["ms_per_token"] > 0 and 0 <= m["agreement"] <= 1 for m in measured.values())
+    fastest = min(measured, key=lambda k: measured[k]["ms_per_token"])
+    t = Translator(ed_package, variant="auto", max_quality_loss=1.0, threads=1)
+    assert t.variant == fastest and t.model.variant == fastest
+    assert t.variant_reason.startswith(f"{fastest}: fastest at export")
+    exact = [k for k, m in measured.items() if m["agreement"] == 1.0]
+    strict = Translator(ed_package, variant="auto", max_quality_loss=0.0, threads=1)
+    assert strict.variant == min(exact, key=lambda k: measured[k]["ms_per_token"])
+    assert Translator(ed_package, threads=1).variant_reason == "asked for"
+    bare = dataclasses.replace(
+        config,
+        variants={k: dataclasses.replace(v, measured={}) for k, v in config.variants.items()},
+    )
+    assert pick_variant(bare, 0.05) == ("fp32", "no export measurements in this package: fp32")
+    with pytest.raises(ValueError, match="max_quality_loss"):
+        pick_variant(config, 2.0)
+    assert main(["--log-level", "info", "translate", str(ed_package), "a", "--variant", "auto",
+                 "--max-quality-loss", "1", "--max-new-tokens", "3"]) == 0  # fmt: skip
+    assert f"variant {fastest}: fastest at export" in capsys.readouterr().err
+    assert main(["info", str(ed_package)]) == 0
+    assert "auto -> " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [{"agreement": 1.5}, {"ms_per_token": -1}, {"agreement": "1"}])
+def test_bad_measurements_in_config_are_refused(ed_package, tmp_path, bad):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ed_package, pkg)
+    config = json.loads((pkg / "config.json").read_text())
+    config["variants"]["int4"]["measured"].update(bad)
+    (pkg / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PackageError, match="variants.int4.measured"):
+        load_package(pkg)
