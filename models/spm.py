@@ -42,7 +42,7 @@ def read_spm(path: str | os.PathLike):
             "converting a Marian model needs the `sentencepiece` package to read its .spm files: "
             "pip install sentencepiece (or edgeformer[bench])"
         ) from None
-    proto = pb.ModelProto()  # type: ignore[attr-defined]
+    proto = getattr(pb, "ModelProto")()  # noqa: B009  (generated protobuf: mypy sees none)
     try:
         proto.ParseFromString(Path(path).read_bytes())
     except Exception as e:  # protobuf's DecodeError
