@@ -711,7 +711,7 @@ class Translator:
     async def translate_batch_async(self, texts: list[str], **options) -> list[str]:
         return await self.pool.run(self.translate_batch, texts, **options)
 
-    async def translate_results_async(self, texts: list[str], **options) -> list:
+    async def translate_results_async(self, texts: list[str], **options) -> list[TranslationResult]:
         return await self.pool.run(self.translate_results, texts, **options)
 
     def stream_async(self, text: str, **options) -> AsyncIterator[str]:
@@ -941,7 +941,7 @@ class Generator:
     async def generate_batch_async(self, prompts: list[str], **options) -> list[str]:
         return await self.pool.run(self.generate_batch, prompts, **options)
 
-    async def generate_results_async(self, prompts: list[str], **options) -> list:
+    async def generate_results_async(self, prompts: list[str], **options) -> list[GenerationResult]:
         return await self.pool.run(self.generate_results, prompts, **options)
 
     def stream_async(self, prompt: str, **options) -> AsyncIterator[str]:
