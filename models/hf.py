@@ -13,7 +13,8 @@ checkpoint writer (models.checkpoint.save_checkpoint). Supported architectures:
   cosines), scaled embeddings (scale_embedding), swish = SiLU, biases, final_logits_bias, one
   embedding shared by encoder and decoder (tied or untied head), decoding starts from
   decoder_start_token_id (the pad token). Its tokenizers come from source.spm / target.spm and
-  vocab.json (models.spm): the checkpoint gets tokenizer.json (targets) and
+  vocab.json (models.spm), or from a fast tokenizer.json for both sides when the folder has no
+  .spm files: the checkpoint gets tokenizer.json (targets) and
   source_tokenizer.json (sources).
 
 Anything else a config asks for (another activation, rope scaling, sliding windows, biases we do
@@ -493,7 +494,10 @@ def convert_hf(
     arch, cfg = hf_model_config(src)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, source_tokenizer = src / HF_TOKENIZER, None
-        if arch == "MarianMTModel":  # source.spm, target.spm, vocab.json -> two tokenizer.json
+        spm_files = (src / "source.spm").is_file() or (src / "target.spm").is_file()
+        if arch == "MarianMTModel" and not spm_files and tokenizer.is_file():
+            pass  # a fast tokenizer.json saved beside the model: one for both sides
+        elif arch == "MarianMTModel":  # source.spm, target.spm, vocab.json -> two tokenizer.json
             from .spm import marian_tokenizers
 
             texts = marian_tokenizers(src)

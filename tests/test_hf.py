@@ -563,3 +563,32 @@ def test_marian_cli_export_and_translate(marian, tmp_path, capsys):
         out = hf.generate(**tok([text], return_tensors="pt"), max_new_tokens=8, num_beams=1,
                           do_sample=False, bad_words_ids=[[hf.config.pad_token_id]])  # fmt: skip
     assert capsys.readouterr().out.strip() == tok.decode(out[0], skip_special_tokens=True)
+
+
+def test_marian_with_a_fast_tokenizer_json_converts_and_matches_hf_generate(tmp_path):
+    """The benchmark's Marian (a word-level tokenizer.json, no .spm files): converted, exported
+    and decoded by our runtime, it gives HF generate's greedy ids on the same weights."""
+    import torch
+    from transformers import MarianMTModel
+
+    from edgeformer.benchmarks.artifacts import hf_model_dir
+    from edgeformer.benchmarks.shapes import get_shape
+    from edgeformer.export import export_package
+    from edgeformer.models.hf import convert_hf
+    from edgeformer.runtime import Translator
+    from edgeformer.runtime.decoding import GenerationOptions
+
+    shape = get_shape("ed", quick=True)
+    src = hf_model_dir(shape, tmp_path / "work")
+    ckpt = convert_hf(src, tmp_path / "ckpt")
+    pkg = export_package(ckpt, tmp_path / "pkg", verbose=False)
+    hf = MarianMTModel.from_pretrained(src).eval()
+    ids = [[5, 9, 17, 33, 0], [40, 41, 42, 43, 0]]  # '</s>' = 0 ends a Marian source
+    with torch.no_grad():
+        x = torch.tensor(ids)
+        out = hf.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=8,
+                          min_new_tokens=8, num_beams=1, do_sample=False)  # fmt: skip
+    want = out[:, 1:].tolist()  # without the decoder start token
+    t = Translator(pkg, threads=1)
+    got = t.translate_ids(ids, GenerationOptions(max_new_tokens=8, ignore_eos=True), banned=())
+    assert got == want
