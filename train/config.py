@@ -203,27 +203,6 @@ PRESETS: dict[str, TrainConfig] = {
         average_last=3,
         threads=2,
     ),
-    # long CPU recipe (<= 90 min on 2 cores): Transformer-Tiny-like (4+4 layers, d_model 128, FFN
-    # 256) with the literature's Multi30k regularisation (dropout 0.3), 30 epochs, last 10 averaged
-    "multi30k-en-de-cpu-long": TrainConfig(
-        model=default_model(
-            vocab_size=6000,
-            d_model=128,
-            n_heads=4,
-            n_encoder_layers=4,
-            n_decoder_layers=4,
-            d_ff=256,
-            dropout=0.3,
-        ),
-        direction="en-de",
-        epochs=30,
-        batch_tokens=3000,
-        lr=2.5e-3,
-        warmup=800,
-        bleu_sentences=200,
-        average_last=10,
-        threads=2,
-    ),
     "shakespeare-char": _lm(
         model=dict(
             d_model=384,
