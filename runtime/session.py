@@ -84,8 +84,9 @@ class SessionSettings:
 
 
 def ort_log_severity(level: int) -> int:
-    """onnxruntime's log severity for a `logging` level: its warnings only at INFO or below."""
-    return 1 if level <= logging.DEBUG else 2 if level <= logging.INFO else 3
+    """onnxruntime's log severity for a `logging` level: its warnings at DEBUG only (at INFO
+    they would bury edgeformer's own lines under graph-optimizer notices)."""
+    return 2 if level <= logging.DEBUG else 3
 
 
 def create_session(
