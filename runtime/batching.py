@@ -68,7 +68,8 @@ class Throughput:
 
     def summary(self) -> str:
         return (
-            f"{self.sentences:,} sentences in {self.seconds:.1f} s: "
+            f"{self.sentences:,} sentence{'' if self.sentences == 1 else 's'} in "
+            f"{self.seconds:.1f} s: "
             f"{self.sentences_per_s:.1f} sentences/s, {self.tokens_per_s:.0f} target tokens/s"
         )
 
