@@ -11,7 +11,6 @@ each batching in CANDIDATES; its best is its row (each engine with its own best 
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,6 @@ FILE_NEW_TOKENS = 16  # about test_2016_flickr's mean German length in words (12
 CANDIDATES = ((16, "examples"), (32, "examples"), (64, "examples"), (1024, "tokens"))
 QUICK_CANDIDATES = ((32, "examples"),)
 QUICK_SENTENCES = 200
-STACKS = ("edgeformer-", "ct2-")  # stacks with a batch-translation path (prefixes)
 
 
 @dataclass(frozen=True)
@@ -39,11 +37,10 @@ class FileWorkload:
 
 def test_set_lengths() -> list[int]:
     """Words per line of test_2016_flickr.en (the bundled Multi30k test set)."""
-    from edgeformer.train.data import DATA_DIR
+    from edgeformer.train.data import DATA_DIR, multi30k_file, read_lines
 
-    path = Path(DATA_DIR) / "multi30k" / "test_2016_flickr.en.gz"
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [max(1, len(line.split())) for line in f]
+    lines = read_lines(multi30k_file(DATA_DIR, "test_2016_flickr", "en"))
+    return [max(1, len(line.split())) for line in lines]
 
 
 def file_workload(vocab: int, quick: bool = False) -> FileWorkload:
