@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..runtime.package import VariantSpec, io_names
+from ..runtime.package import LOGITS_3D, VariantSpec, io_names
 
 OPSET = 21
 MS = "com.microsoft"
@@ -460,9 +460,12 @@ class Builder:
         last = g.op("ArgMax", [position_ids], axis=1, keepdims=1)  # (B, 1)
         h_last = g.op("GatherND", [h, last], batch_dims=1)  # (B, C)
         g.output(self.head(g, h_last), "logits", TP.FLOAT, [B, cfg.vocab_size])
-        presents = [n for n in names["outputs"] if n != "logits"]
+        presents = [n for n in names["outputs"] if n.startswith("present.")]
         for value, out in zip(self.presents, presents):
             g.output(value, out, TP.FLOAT, [B, self.G, M, self.D])
+        if LOGITS_3D in names["outputs"]:  # the same logits (B, 1, V), for onnxruntime-genai
+            logits_3d = g.op("Unsqueeze", ["logits", g.const([1])])  # output renamed above
+            g.output(logits_3d, LOGITS_3D, TP.FLOAT, [B, 1, cfg.vocab_size])
         return g
 
 

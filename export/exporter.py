@@ -17,9 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..models.checkpoint import SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
+from ..models.checkpoint import GENERATION_CONFIG, SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
+from ..runtime.decoding import GenerationOptions
 from ..runtime.package import (
     CONFIG_FILE,
+    GENAI_CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
     GOLDEN_FILE,
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
@@ -28,6 +31,9 @@ from ..runtime.package import (
     PackageConfig,
     SpecialTokens,
     VariantEntry,
+    default_generation_config,
+    genai_config,
+    generation_settings,
     io_names,
     sha256,
     write_graphs,
@@ -112,6 +118,25 @@ def make_temporary(out_dir: Path) -> Path:
     return tmp
 
 
+def write_run_configs(folder: Path, checkpoint_dir: Path, config: PackageConfig) -> None:
+    """generation_config.json (the checkpoint's own, e.g. a converted Hugging Face model's, or
+    greedy defaults) and, for an LM, genai_config.json (onnxruntime-genai runs decoder.onnx)."""
+    own = checkpoint_dir / GENERATION_CONFIG
+    if own.is_file():
+        shutil.copyfile(own, folder / GENERATION_CONFIG_FILE)
+    else:
+        text = json.dumps(default_generation_config(config), indent=2)
+        (folder / GENERATION_CONFIG_FILE).write_text(text)
+    where = f"{own if own.is_file() else folder / GENERATION_CONFIG_FILE}"
+    data = json.loads((folder / GENERATION_CONFIG_FILE).read_text())
+    try:  # the runtime's reading of it must work: checked now, not at a user's first load
+        GenerationOptions(**generation_settings(data, config, where))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    if config.family == "decoder-only":
+        (folder / GENAI_CONFIG_FILE).write_text(json.dumps(genai_config(config), indent=2))
+
+
 def measure_variants(folder: Path, config: PackageConfig, verbose: bool) -> PackageConfig:
     """Each variant's agreement with PyTorch's golden run and its ms/token on this machine
     (runtime.verify), recorded in the config: what variant="auto" chooses from."""
@@ -176,7 +201,9 @@ def export_package(
                 _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
         golden = golden_record(model)
         (tmp / GOLDEN_FILE).write_text(json.dumps(golden.to_json()))
-        listed = [*tokenizers, GOLDEN_FILE]
+        listed = [*tokenizers, GOLDEN_FILE, GENERATION_CONFIG_FILE]
+        if cfg.family == "decoder-only":
+            listed.append(GENAI_CONFIG_FILE)
         for entry in entries.values():
             listed += [*entry.files.values(), entry.weights]
         config = PackageConfig(
@@ -187,10 +214,12 @@ def export_package(
             ),
             graphs=io_names(cfg.family, cfg.n_decoder_layers),
             variants=entries,
-            files={name: sha256(tmp / name) for name in listed},
+            files={},
             task=ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
             opset=OPSET,
         )
+        write_run_configs(tmp, checkpoint_dir, config)
+        config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
         config = measure_variants(tmp, config, verbose)
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))

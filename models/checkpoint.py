@@ -5,6 +5,8 @@
 - `tokenizer.json`: the `tokenizers` tokenizer the model was trained with (its target side)
 - `source_tokenizer.json` (optional): the tokenizer of the sources, when they have their own
   (a converted Marian model: source.spm and target.spm); absent, sources use tokenizer.json
+- `generation_config.json` (optional): default decoding settings, Hugging Face's file (a
+  converted model keeps its own); export copies it into the package
 - `train_state.*`: optimizer / scheduler state for resuming (written by edgeformer.train)
 """
 
@@ -27,6 +29,7 @@ from .transformer import DecoderOnly, EncoderDecoder, build_model
 CHECKPOINT_FORMAT = "edgeformer-checkpoint"
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 SOURCE_TOKENIZER = "source_tokenizer.json"  # optional
+GENERATION_CONFIG = "generation_config.json"  # optional: default decoding settings (HF's file)
 
 
 def current_umask() -> int:

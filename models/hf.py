@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from .checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, save_checkpoint
 from .config import ModelConfig
 from .transformer import build_model
 
@@ -483,6 +484,16 @@ def check_out(src: Path, out: Path, force: bool) -> None:
             )
 
 
+def _copy_generation_config(src: Path) -> Callable[[Path], None]:
+    """Copy the model's generation_config.json (default decoding settings), when it has one."""
+
+    def copy(folder: Path) -> None:
+        if (src / GENERATION_CONFIG).is_file():
+            shutil.copyfile(src / GENERATION_CONFIG, folder / GENERATION_CONFIG)
+
+    return copy
+
+
 def convert_hf(
     src: str | os.PathLike, out: str | os.PathLike, force: bool = False, verbose: bool = False
 ) -> Path:
@@ -526,8 +537,9 @@ def convert_hf(
         kind = "translation" if cfg.family == "encoder-decoder" else "lm"
         meta = {"task": {"kind": kind}, "source": {"format": "huggingface", "architecture": arch}}
         path = save_checkpoint(
-            out, model.eval(), tokenizer, meta, source_tokenizer_json=source_tokenizer
-        )
+            out, model.eval(), tokenizer, meta, extra=_copy_generation_config(src),
+            source_tokenizer_json=source_tokenizer,
+        )  # fmt: skip
     if verbose:
         n = model.num_params() / 1e6
         print(f"converted {arch} ({n:.1f} M parameters) -> {path}", file=sys.stderr, flush=True)

@@ -54,7 +54,6 @@ from .package import (
     Package,
     PackageError,
     graph_names,
-    io_names,
     load_package,
     pick_variant,
 )
@@ -194,10 +193,13 @@ def text_problem(text: object) -> str | None:
 
 
 def make_options(opts: GenerationOptions | None = None, **options) -> GenerationOptions:
-    """GenerationOptions from keyword options (on top of `opts`); unknown names: ValueError."""
+    """GenerationOptions from keyword options on top of `opts` (a package's defaults); unknown
+    names: ValueError. Asking for sampling without num_beams leaves a default beam search."""
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
         raise ValueError(f"unknown generation option(s) {unknown}; valid: {list(OPTION_NAMES)}")
+    if options.get("sampling") and "num_beams" not in options:
+        options["num_beams"] = 1
     return dataclasses.replace(opts or GenerationOptions(), **options)
 
 
@@ -273,6 +275,12 @@ class Model:
         check_onnxruntime(pkg)
         self.config = pkg.config
         self.n_layers, self.max_len = self.config.n_layers, self.config.max_len
+        # generation_config.json: the package's default decoding settings (fields it sets)
+        self.default_settings = pkg.generation_settings()
+        try:
+            self.defaults = GenerationOptions(**self.default_settings)
+        except (TypeError, ValueError) as e:
+            raise PackageError(f"model package {pkg.path}: generation_config.json: {e}") from None
         special = self.config.special_tokens
         self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
         self.tokenizer = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
@@ -280,7 +288,7 @@ class Model:
         source = pkg.source_tokenizer
         own = source.name != TOKENIZER_FILE
         self.source_tokenizer = Tokenizer.from_file(str(source)) if own else self.tokenizer
-        names = io_names(family, self.n_layers)
+        names = self.config.graphs  # io_names of its format, checked by load_package
         self.graphs: dict[str, Graph] = {}
         for graph in graph_names(family):
             try:
@@ -471,7 +479,7 @@ class Translator:
         """Source id lists (ending in EOS) -> output ids (no BOS/EOS), as models.translate_ids;
         `target_prefix[i]` (ids, may be empty) is forced and included in the output."""
         longest = self._check_prefixes(target_prefix, len(sources))
-        opts = self._fit(self.model.resolve(opts or GenerationOptions()), longest)
+        opts = self._fit(self.model.resolve(opts or self.model.defaults), longest)
         stepper, first = self._stepper(sources, opts, longest)
         banned = self.banned_ids if banned is None else banned
         return generate(first, stepper, opts, self.model.eos_id, None, banned, target_prefix)
@@ -487,7 +495,7 @@ class Translator:
         """Scored hypotheses per source (decoding.decode): the num_hypotheses best of a beam
         search (num_beams=1: greedy with scores), num_hypotheses samples, or alternatives."""
         longest = self._check_prefixes(target_prefix, len(sources))
-        opts = self._fit(self.model.resolve(opts or GenerationOptions()), longest)
+        opts = self._fit(self.model.resolve(opts or self.model.defaults), longest)
         stepper, first = self._stepper(sources, opts, longest)
         banned = self.banned_ids if banned is None else banned
         eos = self.model.eos_id
@@ -572,7 +580,7 @@ class Translator:
         """A TranslationResult per text: scored hypotheses with their ids and per-token
         log-probabilities. `target_prefix` (aligned with texts; None, a text or ids per item)
         is forced, scored and included in every hypothesis; `stop` strings cut the text."""
-        opts = make_options(**options)
+        opts = make_options(self.model.defaults, **options)
         texts = _texts(texts, "texts")
         prefixes = self._prefix_ids(target_prefix, len(texts))
         keep, sources = self._sources(texts, truncate, opts.max_input_length)
@@ -607,7 +615,7 @@ class Translator:
     ) -> list[str]:
         """One translation per text ([] for an empty list): the best hypothesis (the first
         sample / alternative when there are several)."""
-        opts = make_options(**options)
+        opts = make_options(self.model.defaults, **options)
         texts = _texts(texts, "texts")
         if opts.stop or opts.num_hypotheses > 1 and (opts.sampling or opts.return_alternatives):
             results = self.translate_results(texts, target_prefix, truncate, **options)
@@ -680,7 +688,7 @@ class Translator:
         """Translation pieces as they are produced (greedy or sampling; a target prefix comes
         first); their concatenation equals translate()'s output. Beam search, several hypotheses
         or stop strings know their output only at the end: it comes as one piece."""
-        opts = make_options(**options)
+        opts = make_options(self.model.defaults, **options)
         prefix = None if target_prefix is None else [target_prefix]
         if opts.num_beams > 1 or opts.num_hypotheses > 1 or opts.return_alternatives or opts.stop:
             whole = self.translate_batch([text], truncate, prefix, **options)[0]
@@ -728,7 +736,10 @@ class Translator:
     ) -> Iterator[str]:
         """Translations of any iterable of texts, lazily and in input order: read-ahead buffers
         sorted by length, sub-batches of max_batch_size examples or padded source tokens."""
-        batching, opts = Batching(max_batch_size, batch_type, truncate), make_options(**options)
+        batching, opts = (
+            Batching(max_batch_size, batch_type, truncate),
+            make_options(self.model.defaults, **options),
+        )
         return translate_stream(self, texts, batching, opts)
 
     def translate_file(
@@ -743,7 +754,10 @@ class Translator:
     ) -> Throughput:
         """Translate a text file line by line into out_path (written whole or not at all);
         returns sentences, tokens and their rates. progress=None: a progress line on a tty."""
-        batching, opts = Batching(max_batch_size, batch_type, truncate), make_options(**options)
+        batching, opts = (
+            Batching(max_batch_size, batch_type, truncate),
+            make_options(self.model.defaults, **options),
+        )
         return translate_file(self, src_path, out_path, batching, opts, progress)
 
 
@@ -800,7 +814,7 @@ class Generator:
         banned: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Prompt id lists -> continuation id lists (no EOS); as models.complete_ids."""
-        opts = self.model.resolve(opts or GenerationOptions())
+        opts = self.model.resolve(opts or self.model.defaults)
         stepper, first, opts = self._stepper(prompts, opts)
         banned = self.banned_ids if banned is None else banned
         return generate(first, stepper, opts, self.model.eos_id, prompts, banned)
@@ -815,7 +829,7 @@ class Generator:
         """Scored continuations per prompt (decoding.decode): the num_hypotheses best of a beam
         search (num_beams=1: greedy with scores), num_hypotheses samples, or alternatives (the
         prompt plays the target prefix's part: they branch at the first new token)."""
-        opts = self.model.resolve(opts or GenerationOptions())
+        opts = self.model.resolve(opts or self.model.defaults)
         stepper, first, opts = self._stepper(prompts, opts)
         banned = self.banned_ids if banned is None else banned
         return decode(first, stepper, opts, self.model.eos_id, prompts, banned, None, stop)
@@ -897,7 +911,7 @@ class Generator:
     ) -> list[GenerationResult]:
         """A GenerationResult per prompt: scored continuations with their ids and per-token
         log-probabilities; a `stop` string ends a continuation, whose text is cut before it."""
-        opts = make_options(**options)
+        opts = make_options(self.model.defaults, **options)
         ids = self._prompts(prompts, truncate, opts.max_input_length)
         if not ids:
             return []
@@ -917,7 +931,7 @@ class Generator:
     def generate_batch(self, prompts: list[str], truncate: bool = False, **options) -> list[str]:
         """One continuation per prompt ([] for an empty list): the best hypothesis (the first
         sample / alternative when there are several)."""
-        opts = make_options(**options)
+        opts = make_options(self.model.defaults, **options)
         if opts.stop or opts.num_hypotheses > 1 and (opts.sampling or opts.return_alternatives):
             return [r.text for r in self.generate_results(prompts, truncate, **options)]
         ids = self._prompts(prompts, truncate, opts.max_input_length)
@@ -951,7 +965,7 @@ class Generator:
     def stream(self, prompt: str, truncate: bool = False, **options) -> Iterator[str]:
         """Text pieces as they are produced; their concatenation equals generate()'s output.
         With `stop` strings, text that may begin one is held back until it cannot."""
-        opts = make_options(**options)
+        opts = make_options(self.model.defaults, **options)
         if opts.num_beams > 1 or opts.num_hypotheses > 1 or opts.return_alternatives:
             # beam search (or alternatives) knows its output only at the end
             yield self.generate(prompt, truncate=truncate, **options)

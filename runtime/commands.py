@@ -77,7 +77,7 @@ def package_info(path: str) -> str:
     """What `edgeformer info` prints: model, task, variants with sizes, graphs, requirements."""
     import onnxruntime as ort
 
-    from .package import load_package
+    from .package import GENAI_CONFIG_FILE, load_package
 
     pkg = load_package(path)  # checksums verified
     c = pkg.config
@@ -108,6 +108,11 @@ def package_info(path: str) -> str:
             )
     _, why = pick_variant(c, MAX_QUALITY_LOSS)
     lines.append(f"  auto -> {why}")
+    settings = pkg.generation_settings()
+    shown = ", ".join(f"{k} {v}" for k, v in settings.items()) or "none (greedy search)"
+    lines.append(f"decoding     generation_config.json defaults: {shown}")
+    if GENAI_CONFIG_FILE in c.files:
+        lines.append(f"genai        {GENAI_CONFIG_FILE}: onnxruntime-genai can run decoder.onnx")
     lines.append("graphs")
     for graph, io in c.graphs.items():
         lines.append(f"  {graph}: in {_names(io['inputs'], 4)}; out {_names(io['outputs'], 3)}")
@@ -146,18 +151,22 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
         help="let idle onnxruntime threads spin (default off: faster on few cores)",
     )
     g.add_argument("--truncate", action="store_true", help="cut inputs longer than max_len")
-    d = p.add_argument_group("decoding (default: greedy)")
-    d.add_argument("--beam", type=int, default=1, metavar="N", help="beam search with N beams")
+    d = p.add_argument_group(
+        "decoding (defaults: the package's generation_config.json; greedy when it says nothing)"
+    )
+    d.add_argument("--beam", type=int, default=None, metavar="N", help="beam search with N beams")
     d.add_argument("--sample", action="store_true", help="sample instead of greedy")
-    d.add_argument("--temperature", type=float, default=1.0)
-    d.add_argument("--top-k", type=int, default=0, help="0 = off")
-    d.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    d.add_argument("--temperature", type=float, default=None, help="default 1.0")
+    d.add_argument("--top-k", type=int, default=None, help="default 0 = off")
+    d.add_argument("--top-p", type=float, default=None, help="default 1.0 = off")
     d.add_argument("--seed", type=int, default=None)
-    default_new = 128 if command == "translate" else 200
-    d.add_argument("--max-new-tokens", type=int, default=default_new)
-    d.add_argument("--min-new-tokens", type=int, default=0)
-    d.add_argument("--repetition-penalty", type=float, default=1.0)
-    d.add_argument("--length-penalty", type=float, default=1.0)
+    d.add_argument(
+        "--max-new-tokens", type=int, default=None,
+        help=f"default {DEFAULT_NEW_TOKENS[command]} (or the package's max_new_tokens)",
+    )  # fmt: skip
+    d.add_argument("--min-new-tokens", type=int, default=None, help="default 0")
+    d.add_argument("--repetition-penalty", type=float, default=None, help="default 1.0 = off")
+    d.add_argument("--length-penalty", type=float, default=None, help="default 1.0")
     if command == "translate":
         d.add_argument(
             "--n-best",
@@ -193,8 +202,8 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     )  # fmt: skip
     c = p.add_argument_group("constraints")
     c.add_argument(
-        "--no-repeat-ngram-size", type=int, default=0, metavar="N",
-        help="never repeat an n-gram of N tokens (0 = off)",
+        "--no-repeat-ngram-size", type=int, default=None, metavar="N",
+        help="never repeat an n-gram of N tokens (default 0 = off)",
     )  # fmt: skip
     c.add_argument(
         "--suppress", action="append", default=[], metavar="TEXT",
@@ -220,30 +229,41 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     )  # fmt: skip
 
 
+DEFAULT_NEW_TOKENS = {"translate": 128, "generate": 200}  # without flag or package setting
+
+
 def options(args: argparse.Namespace) -> dict:
+    """The GenerationOptions fields the command line sets (the package's generation_config.json
+    gives the others: Model.defaults)."""
     n_best = getattr(args, "n_best", 1)
     several = args.sample or args.alternatives
     hypotheses = args.num_hypotheses if several else n_best
-    opts = dict(
+    beams = args.beam  # None: the package's default; --n-best K asks for at least K beams
+    if not several and beams is not None and beams >= 1:
+        beams = max(beams, n_best)
+    elif not several and beams is None and n_best > 1:
+        beams = n_best
+    given = dict(
         max_new_tokens=args.max_new_tokens,
         min_new_tokens=args.min_new_tokens,
-        sampling=args.sample,
+        sampling=args.sample or None,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        num_beams=max(args.beam, n_best) if args.beam >= 1 and not several else args.beam,
-        num_hypotheses=hypotheses,
+        num_beams=beams,
+        num_hypotheses=hypotheses if hypotheses > 1 or several else None,
         length_penalty=args.length_penalty,
         repetition_penalty=args.repetition_penalty,
-        return_alternatives=args.alternatives,
+        return_alternatives=args.alternatives or None,
         no_repeat_ngram_size=args.no_repeat_ngram_size,
-        suppress_sequences=list(args.suppress),
-        end_token=list(args.end_token),
-        stop=list(getattr(args, "stop", [])),
-        max_input_length=args.max_input_length,
-        sliding_window=getattr(args, "sliding_window", False),
+        suppress_sequences=list(args.suppress) or None,
+        end_token=list(args.end_token) or None,
+        stop=list(getattr(args, "stop", [])) or None,
+        max_input_length=args.max_input_length or None,
+        sliding_window=getattr(args, "sliding_window", False) or None,
     )
+    opts = {k: v for k, v in given.items() if v is not None}
     if args.num_hypotheses > 1 and not several:
         beam = " (beam search: --n-best)" if args.command == "translate" else ""
         raise ValueError(f"--num-hypotheses needs --sample or --alternatives{beam}")
@@ -308,6 +328,9 @@ def run(args: argparse.Namespace) -> int:
         args.package, args.variant, args.provider, args.threads, spinning,
         max_quality_loss=args.max_quality_loss,
     )  # fmt: skip
+    if "max_new_tokens" not in opts and "max_new_tokens" not in model.model.default_settings:
+        opts["max_new_tokens"] = DEFAULT_NEW_TOKENS[args.command]
+    effective = make_options(model.model.defaults, **opts)
     if args.variant == "auto":
         log.info(f"variant {model.variant_reason}")
     threads = f", {args.threads} threads" if args.threads else ""
@@ -329,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.command == "translate":
         assert isinstance(model, Translator)
-        if opts["num_hypotheses"] == 1 and args.target_prefix is None:
+        if effective.num_hypotheses == 1 and args.target_prefix is None:
             lines = (
                 text or "" if usable(n, text, problem) else "" for n, text, problem in _lines(args)
             )
@@ -337,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
             batching = Batching(max(1, args.batch_size), args.batch_type, args.truncate,
                                 read_ahead=1 if interactive else READ_AHEAD)  # fmt: skip
             stats = Throughput()
-            for out in translate_stream(model, lines, batching, make_options(**opts), stats):
+            for out in translate_stream(model, lines, batching, effective, stats):
                 print(out, flush=interactive)
             log.info(stats.summary())
             return 1 if bad else 0
@@ -345,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
             good = [(n, text) for n, text, problem in batch if usable(n, text, problem)]
             texts = [text for _, text in good]
             prefix = None if args.target_prefix is None else [args.target_prefix] * len(texts)
-            if opts["num_hypotheses"] > 1:
+            if effective.num_hypotheses > 1:
                 results = dict(zip((n for n, _ in good), model.translate_batch_nbest(
                     texts, args.truncate, prefix, **opts)))  # fmt: skip
                 for n, _, _ in batch:  # an unusable line: one 'index<TAB>nan<TAB>' line
@@ -363,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
         if not usable(n, prompt, problem):
             print(flush=True)
             continue
-        if opts["num_hypotheses"] > 1:
+        if effective.num_hypotheses > 1:
             (result,) = model.generate_results([prompt or ""], args.truncate, **opts)
             for h in result.hypotheses:
                 print(f"{prompt}{h.text}", flush=True)

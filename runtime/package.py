@@ -55,7 +55,39 @@ from pathlib import Path
 import numpy as np
 
 PACKAGE_FORMAT = "edgeformer-package"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # 2: `model` under ModelConfig's names, no logits_3d
+LOGITS_3D = "logits_3d"  # LM decoder, format 3: `logits` as (B, 1, V), for onnxruntime-genai
+# config.json's `model` uses Hugging Face's field names where one exists (format 3); the
+# runtime and ModelConfig use ours. Fields not listed keep their name in both.
+HF_NAMES = {
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "n_encoder_layers": "encoder_layers",
+    "n_decoder_layers": "decoder_layers",
+    "d_ff": "intermediate_size",
+    "activation": "hidden_act",
+    "max_len": "max_position_embeddings",
+    "tie_embeddings": "tie_word_embeddings",
+    "scale_embeddings": "scale_embedding",
+    "pad_id": "pad_token_id",
+    "bos_id": "bos_token_id",
+    "eos_id": "eos_token_id",
+}
+OUR_NAMES = {hf: ours for ours, hf in HF_NAMES.items()}
+
+
+def model_to_json(model: dict) -> dict:
+    """ModelConfig fields -> config.json's `model` (Hugging Face names where one exists)."""
+    return {HF_NAMES.get(k, k): v for k, v in model.items()}
+
+
+def model_from_json(model: dict, version: int) -> dict:
+    """config.json's `model` -> ModelConfig fields (format 2 stored ours already)."""
+    return dict(model) if version == 2 else {OUR_NAMES.get(k, k): v for k, v in model.items()}
+
+
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 SOURCE_TOKENIZER_FILE = "source_tokenizer.json"  # optional (encoder-decoder packages)
@@ -124,8 +156,10 @@ def cross_names(n_layers: int, prefix: str = "past_key_values") -> list[str]:
     return [f"{prefix}.{i}.encoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
 
 
-def io_names(family: str, n_layers: int) -> dict[str, dict[str, list[str]]]:
-    """The input and output names of every graph of a package of this family."""
+def io_names(
+    family: str, n_layers: int, version: int = FORMAT_VERSION
+) -> dict[str, dict[str, list[str]]]:
+    """The input and output names of every graph of a package of this family (and format)."""
     step = ["input_ids", "position_ids", "attention_mask"]
     if family == "encoder-decoder":
         past = [
@@ -146,10 +180,11 @@ def io_names(family: str, n_layers: int) -> dict[str, dict[str, list[str]]]:
                 "outputs": ["logits", *cache_names(family, n_layers, "present")],
             },
         }
+    extra = [LOGITS_3D] if version >= 3 else []  # format 2 had no 3-D logits
     return {
         "decoder": {
             "inputs": [*step, *cache_names(family, n_layers)],
-            "outputs": ["logits", *cache_names(family, n_layers, "present")],
+            "outputs": ["logits", *cache_names(family, n_layers, "present"), *extra],
         }
     }
 
@@ -390,7 +425,7 @@ class PackageConfig:
         return self.model["vocab_size"]
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"model": model_to_json(self.model)}
 
     @classmethod
     def from_json(cls, data: object, where: str = CONFIG_FILE) -> PackageConfig:
@@ -398,23 +433,33 @@ class PackageConfig:
         data = _obj(where, "the top level", data)
         if data.get("format") != PACKAGE_FORMAT:
             raise PackageError(f"{where}: not an edgeformer model package (format)")
-        if data.get("format_version") != FORMAT_VERSION:
+        fmt = data.get("format_version")
+        if fmt not in READABLE_VERSIONS:
             raise PackageError(
-                f"{where}: format_version {data.get('format_version')!r}; this runtime reads "
-                f"version {FORMAT_VERSION} (re-export the checkpoint with this edgeformer)"
+                f"{where}: format_version {fmt!r}; this runtime reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))} (re-export the checkpoint with this "
+                "edgeformer)"
             )
         family = data.get("family")
         if family not in FAMILIES:
             raise PackageError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
-        model = _obj(where, "model", data.get("model"))
-        for key, most in MODEL_LIMITS.items():  # bounded: a config must not make us allocate
-            _int(where, f"model.{key}", model.get(key), 1, most + 1)
+        model = model_from_json(_obj(where, "model", data.get("model")), fmt)
+
+        def stored(name: str) -> str:  # a model field as config.json names it
+            return f"model.{HF_NAMES.get(name, name) if fmt != 2 else name}"
+
+        for name, most in MODEL_LIMITS.items():  # bounded: a config must not make us allocate
+            _int(where, stored(name), model.get(name), 1, most + 1)
         if model["d_model"] % model["n_heads"]:
-            raise PackageError(f"{where}: model.d_model is not divisible by model.n_heads")
+            raise PackageError(
+                f"{where}: {stored('d_model')} is not divisible by {stored('n_heads')}"
+            )
         if model.get("n_kv_heads") is not None:
-            kv = _int(where, "model.n_kv_heads", model["n_kv_heads"], 1, model["n_heads"] + 1)
+            kv = _int(where, stored("n_kv_heads"), model["n_kv_heads"], 1, model["n_heads"] + 1)
             if model["n_heads"] % kv:
-                raise PackageError(f"{where}: model.n_heads is not divisible by model.n_kv_heads")
+                raise PackageError(
+                    f"{where}: {stored('n_heads')} is not divisible by {stored('n_kv_heads')}"
+                )
         if model.get("family", family) != family:
             raise PackageError(f"{where}: model.family {model.get('family')!r} != {family!r}")
         special = _obj(where, "special_tokens", data.get("special_tokens"))
@@ -425,7 +470,7 @@ class PackageConfig:
         if unk is not None:
             _int(where, "special_tokens.unk_id", unk, 0, vocab)
         graphs = _obj(where, "graphs", data.get("graphs"))
-        want = io_names(family, model["n_decoder_layers"])
+        want = io_names(family, model["n_decoder_layers"], fmt)
         if graphs != want:
             raise PackageError(f"{where}: graphs do not match the package contract of a {family}")
         variants = {}
@@ -456,6 +501,7 @@ class PackageConfig:
             task=_obj(where, "task", data.get("task", {})),
             opset=_int(where, "opset", data.get("opset", 21), 1),
             min_onnxruntime=version,
+            format_version=fmt,
         )
 
 
@@ -487,6 +533,18 @@ class Package:
         """The tokenizer of the sources: source_tokenizer.json when listed, else tokenizer.json."""
         own = SOURCE_TOKENIZER_FILE in self.config.files
         return self.path / (SOURCE_TOKENIZER_FILE if own else TOKENIZER_FILE)
+
+    def generation_settings(self) -> dict:
+        """The default decoding settings of generation_config.json, as GenerationOptions
+        fields ({} for a package without one)."""
+        if GENERATION_CONFIG_FILE not in self.config.files:
+            return {}
+        where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
+        try:
+            data = json.loads((self.path / GENERATION_CONFIG_FILE).read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PackageError(f"{where} is not valid JSON ({e})") from None
+        return generation_settings(data, self.config, where)
 
     def golden(self) -> Golden:
         """The exporter's PyTorch reference run (packages exported before it have none)."""
@@ -544,3 +602,104 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
                 f"model package {path}: checksum mismatch for {name} (file changed or corrupt)"
             )
     return Package(path, config)
+
+
+# ---- generation_config.json: default decoding settings (Hugging Face's file and names) ---------
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+# Hugging Face's generation_config.json fields the runtime reads -> GenerationOptions fields
+GENERATION_FIELDS = {
+    "do_sample": "sampling",
+    "num_beams": "num_beams",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "repetition_penalty": "repetition_penalty",
+    "length_penalty": "length_penalty",
+    "no_repeat_ngram_size": "no_repeat_ngram_size",
+    "early_stopping": "early_stopping",
+    "max_new_tokens": "max_new_tokens",
+    "min_new_tokens": "min_new_tokens",
+    "num_return_sequences": "num_hypotheses",
+    "bad_words_ids": "suppress_sequences",
+}
+HF_SAMPLING_TOP_K = 50  # transformers' top_k when do_sample is set and top_k is not
+
+
+def default_generation_config(config: PackageConfig) -> dict:
+    """What export writes for a model without its own generation_config.json: the special ids
+    and greedy search (GenerationOptions' other defaults apply)."""
+    sp = config.special_tokens
+    ids = {"bos_token_id": sp.bos_id, "eos_token_id": sp.eos_id, "pad_token_id": sp.pad_id}
+    if config.family == "encoder-decoder":
+        ids["decoder_start_token_id"] = sp.bos_id
+    return ids | {"do_sample": False, "num_beams": 1}
+
+
+def generation_settings(data: object, config: PackageConfig, where: str) -> dict:
+    """generation_config.json -> {GenerationOptions field: value} for the fields it sets (see
+    GENERATION_FIELDS; eos_token_id lists add end tokens; other fields are ignored)."""
+    data = _obj(where, "the top level", data)
+    out: dict = {}
+    for hf, ours in GENERATION_FIELDS.items():
+        if data.get(hf) is not None:
+            out[ours] = data[hf]
+    if out.get("early_stopping") == "never":
+        out["early_stopping"] = False
+    if out.get("sampling") and "top_k" not in out:
+        out["top_k"] = HF_SAMPLING_TOP_K
+    if isinstance(out.get("suppress_sequences"), list):
+        out["suppress_sequences"] = [tuple(s) for s in out["suppress_sequences"]]
+    eos = data.get("eos_token_id")
+    if isinstance(eos, list):  # several end tokens: those besides the model's EOS
+        out["end_token"] = [i for i in eos if i != config.special_tokens.eos_id]
+    return out
+
+
+# ---- genai_config.json: the LM decoder as onnxruntime-genai runs it ----------------------------
+
+GENAI_CONFIG_FILE = "genai_config.json"  # decoder-only packages
+
+
+def genai_config(config: PackageConfig, variant: str = "fp32") -> dict:
+    """onnxruntime-genai's config for a decoder-only package's `variant` (model type "decoder":
+    genai's generic decoder-only LLM): our IO names, the 3-D logits, the shared cache buffer."""
+    m = config.model
+    sp = config.special_tokens
+    decoder = {
+        "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+        "filename": graph_file("decoder", variant),
+        "head_size": config.head_dim,
+        "hidden_size": m["d_model"],
+        "num_attention_heads": config.n_heads,
+        "num_hidden_layers": config.n_layers,
+        "num_key_value_heads": config.n_kv_heads,
+        "inputs": {
+            "input_ids": "input_ids",
+            "position_ids": "position_ids",
+            "attention_mask": "attention_mask",
+            "past_key_names": "past_key_values.%d.key",
+            "past_value_names": "past_key_values.%d.value",
+        },
+        "outputs": {
+            "logits": LOGITS_3D,
+            "present_key_names": "present.%d.key",
+            "present_value_names": "present.%d.value",
+        },
+    }
+    model = {
+        "type": "decoder",
+        "vocab_size": config.vocab_size,
+        "context_length": config.max_len,
+        "bos_token_id": sp.bos_id,
+        "eos_token_id": sp.eos_id,
+        "pad_token_id": sp.pad_id,
+        "decoder": decoder,
+    }
+    search = {
+        "max_length": config.max_len,
+        "past_present_share_buffer": True,
+        "do_sample": False,
+        "num_beams": 1,
+    }
+    return {"model": model, "search": search}

@@ -14,12 +14,13 @@ the benchmark all decode through `start_encoder_decoder` / `start_decoder_only`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
-from .package import PackageConfig, cache_names, cross_names
+from .package import LOGITS_3D, PackageConfig, cache_names, cross_names
 
 
 @dataclass
@@ -27,6 +28,11 @@ class Graph:
     """One graph's session (CPU provider: see api.cpu_only)."""
 
     session: ort.InferenceSession
+
+    @functools.cached_property
+    def has_logits_3d(self) -> bool:
+        """An LM decoder of format 3 (also returns the logits as (B, 1, V))."""
+        return any(o.name == LOGITS_3D for o in self.session.get_outputs())
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Plain run (the encoder): outputs in the graph's order, on the host."""
@@ -82,6 +88,9 @@ class CachedDecoder:
         vocab = self.graph.session.get_outputs()[0].shape[-1]
         self.logits = np.empty((n, vocab), np.float32)
         io.bind_ortvalue_output("logits", _ortvalue(self.logits))
+        if self.graph.has_logits_3d:  # the same values (B, 1, V): bound to the same memory, so
+            # onnxruntime's Unsqueeze copies nothing (source == target)
+            io.bind_ortvalue_output(LOGITS_3D, _ortvalue(self.logits[:, None, :]))
 
     def run(self, ids: np.ndarray, positions: np.ndarray, new_lengths: np.ndarray) -> np.ndarray:
         """ids, positions (N, T) int64; new_lengths (N,) tokens per row after this call.

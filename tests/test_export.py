@@ -27,6 +27,7 @@ from edgeformer.runtime.package import (  # noqa: E402
     graph_file,
     io_names,
     load_package,
+    model_to_json,
     sha256,
     weights_file,
 )
@@ -93,14 +94,22 @@ def test_config_json_and_checksums(family, tokenizer_json):
     ckpt, pkg, model = family
     cfg = model.cfg
     config = json.loads((pkg / "config.json").read_text())
-    assert config["format"] == "edgeformer-package" and config["format_version"] == 2
-    assert config["family"] == cfg.family and config["model"] == cfg.to_dict()
+    assert config["format"] == "edgeformer-package" and config["format_version"] == 3
+    assert config["family"] == cfg.family
+    assert config["model"] == model_to_json(cfg.to_dict())  # Hugging Face names
+    assert config["model"]["num_attention_heads"] == cfg.n_heads
     assert config["special_tokens"] == {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
     assert config["min_onnxruntime"]
     names = io_names(cfg.family, cfg.n_decoder_layers)
     assert config["graphs"] == names
     assert list(config["variants"]) == list(VARIANTS)
-    listed = {"tokenizer.json", "golden.json"}
+    listed = {"tokenizer.json", "golden.json", "generation_config.json"}
+    if cfg.family == "decoder-only":
+        listed.add("genai_config.json")  # onnxruntime-genai can run the LM's decoder graph
+    generation = json.loads((pkg / "generation_config.json").read_text())
+    start = {"decoder_start_token_id": 1} if cfg.family == "encoder-decoder" else {}
+    ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0} | start
+    assert generation == ids | {"do_sample": False, "num_beams": 1}  # greedy
     for variant, v in config["variants"].items():
         assert v["files"] == {g: graph_file(g, variant) for g in names}
         assert v["weights"] == weights_file(variant) and v["io_dtype"] == "float32"

@@ -159,6 +159,19 @@ def test_package_parity(arch):
     assert max(compare(model, package, "int8", batch=2, length=5, steps=2)) < 0.1  # int4: below
 
 
+def test_package_config_speaks_hugging_face(arch):
+    """config.json's model section uses HF's field names with HF's values; the model's own
+    generation_config.json travels into the package (its decoding defaults)."""
+    _, hf, folder, _, pkg = arch
+    model = json.loads((pkg / "config.json").read_text())["model"]
+    for key in ("vocab_size", "hidden_size", "num_attention_heads", "max_position_embeddings"):
+        assert model[key] == getattr(hf.config, key), key
+    own = folder / "generation_config.json"
+    assert own.is_file()  # save_pretrained writes one
+    assert (pkg / "generation_config.json").read_bytes() == own.read_bytes()
+    assert load_package(pkg).generation_settings() is not None
+
+
 def test_decoder_graph_uses_the_fused_ops(arch):
     """RMSNorm -> SkipSimplifiedLayerNormalization, SwiGLU -> packed gate/up MatMul + Split,
     gelu_new -> FastGelu; GQA with kv_num_heads; no Softmax, no cache Concat."""
@@ -191,9 +204,9 @@ def test_package_cache_shapes_use_the_kv_heads(arch, tmp_path):
     assert load_package(pkg).config.n_kv_heads == G
     copy = tmp_path / "pkg"
     shutil.copytree(pkg, copy)
-    config["model"]["n_kv_heads"] = 3
+    config["model"]["num_key_value_heads"] = 3
     (copy / "config.json").write_text(json.dumps(config))
-    with pytest.raises(PackageError, match="n_kv_heads"):
+    with pytest.raises(PackageError, match="num_key_value_heads"):
         load_package(copy)
 
 

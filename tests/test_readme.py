@@ -25,7 +25,8 @@ def test_standalone_greedy_loop_matches_the_runtime(ed_package, tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(code)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
-    max_len = json.loads((ed_package / "config.json").read_text())["model"]["max_len"]
+    model = json.loads((ed_package / "config.json").read_text())["model"]
+    max_len = model["max_position_embeddings"]
     t = Translator(ed_package)
     expected = t.translate("A man is riding a bike.", max_new_tokens=max_len - 1)
     assert out.stdout.rstrip("\n") == expected
@@ -37,6 +38,12 @@ def test_format_section_names_every_key_and_io_name(ed_package, lm_package):
         cfg = json.loads((pkg / "config.json").read_text())
         for key in cfg:
             assert f"`{key}`" in fmt, key
+        for key in cfg["model"]:  # Hugging Face names, or ours where HF has none
+            assert f"`{key}`" in fmt, key
+        for file in cfg["files"]:  # a variant's files by their pattern
+            generic = re.sub(r"^weights\.(int8|int4)\.", "weights.{variant}.", file)
+            generic = re.sub(r"^(\w+)\.(int8|int4)\.onnx", "{graph}.{variant}.onnx", generic)
+            assert generic in fmt, file
         for graph, io in cfg["graphs"].items():
             assert f"`{graph}`" in fmt
             for name in io["inputs"] + io["outputs"]:

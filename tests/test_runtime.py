@@ -146,8 +146,10 @@ def test_cli_info(ed_package, lm_package, capsys, tmp_path):
     out = capsys.readouterr().out
     for text in ("encoder-decoder", "checksums verified", "int4", "MB", "encoder: in input_ids"):
         assert text in out, text
+    assert "defaults: sampling False, num_beams 1" in out  # generation_config.json
     assert main(["info", str(lm_package)]) == 0
-    assert "decoder-only" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "decoder-only" in out and "genai_config.json" in out
     assert main(["info", str(tmp_path)]) == 2
     assert "config.json" in capsys.readouterr().err
 

@@ -1,0 +1,123 @@
+"""A package's run configurations: generation_config.json (its default decoding settings, in
+Hugging Face's file and names), genai_config.json (onnxruntime-genai runs an LM package's
+decoder graph as it is), and config.json's format versions (3: Hugging Face field names; a
+format-2 package still loads)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgeformer.export import export_package
+from edgeformer.models.checkpoint import load_checkpoint
+from edgeformer.runtime import GenerationOptions, Generator, Translator
+from edgeformer.runtime.cli import main
+from edgeformer.runtime.package import (
+    OUR_NAMES,
+    PackageError,
+    load_package,
+    model_from_json,
+    sha256,
+)
+
+TEXTS = ["two dogs .", "a man rides a bike in the park ."]
+
+
+def with_generation_config(pkg: Path, out: Path, settings: dict) -> Path:
+    """A copy of `pkg` whose generation_config.json holds `settings` (checksum updated)."""
+    shutil.copytree(pkg, out)
+    (out / "generation_config.json").write_text(json.dumps(settings))
+    config = json.loads((out / "config.json").read_text())
+    config["files"]["generation_config.json"] = sha256(out / "generation_config.json")
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_generation_config_gives_the_defaults(ed_package, tmp_path, capsys):
+    pkg = with_generation_config(
+        ed_package, tmp_path / "beam", {"num_beams": 3, "length_penalty": 0.6, "max_new_tokens": 5}
+    )
+    plain, t = Translator(ed_package), Translator(pkg)
+    d = t.model.defaults
+    assert (d.num_beams, d.length_penalty, d.max_new_tokens) == (3, 0.6, 5)
+    assert plain.model.defaults.num_beams == 1  # export's own file: greedy
+    beam = plain.translate_batch(TEXTS, num_beams=3, length_penalty=0.6, max_new_tokens=5)
+    assert t.translate_batch(TEXTS) == beam
+    greedy = plain.translate_batch(TEXTS, max_new_tokens=5)
+    assert t.translate_batch(TEXTS, num_beams=1) == greedy  # an option overrides the file
+    # the CLI: the package's defaults, and flags over them
+    assert main(["translate", str(pkg), *TEXTS]) == 0
+    assert capsys.readouterr().out.splitlines() == beam
+    assert main(["translate", str(pkg), "--beam", "1", *TEXTS]) == 0
+    assert capsys.readouterr().out.splitlines() == greedy
+    # sampling asked for on a beam-search default: a sample, not an error
+    assert len(t.translate_batch(TEXTS, sampling=True, seed=0)) == 2
+
+
+def test_hugging_face_generation_semantics(lm_checkpoint, tmp_path):
+    """A checkpoint's own generation_config.json (a converted model's) travels into the package
+    as it is; do_sample without top_k means top_k 50, an eos_token_id list adds end tokens."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(lm_checkpoint, ckpt)
+    settings = {"do_sample": True, "top_p": 0.9, "eos_token_id": [2, 7], "transformers_version": 1}
+    (ckpt / "generation_config.json").write_text(json.dumps(settings))
+    pkg = export_package(ckpt, tmp_path / "pkg", verbose=False)
+    assert json.loads((pkg / "generation_config.json").read_text()) == settings
+    g = Generator(pkg)
+    d = g.model.defaults
+    assert (d.sampling, d.top_k, d.top_p, list(d.end_token)) == (True, 50, 0.9, [7])
+    assert g.generate("ab", seed=3, max_new_tokens=8) == g.generate(
+        "ab", sampling=True, top_k=50, top_p=0.9, end_token=[7], seed=3, max_new_tokens=8
+    )
+    # a bad file fails the export, naming it, and leaves nothing behind
+    (ckpt / "generation_config.json").write_text(json.dumps({"num_beams": 0}))
+    with pytest.raises(ValueError, match="generation_config.json.*num_beams"):
+        export_package(ckpt, tmp_path / "bad", verbose=False)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_bad_generation_config_in_a_package(ed_package, tmp_path):
+    pkg = with_generation_config(ed_package, tmp_path / "p", {"top_p": 2.0})
+    with pytest.raises(PackageError, match="generation_config.json.*top_p"):
+        Translator(pkg)
+
+
+def test_format_2_packages_still_load(ed_package, tmp_path):
+    """Format 2 stored `model` under ModelConfig's names (an ED package's graphs are the same)."""
+    old = tmp_path / "v2"
+    shutil.copytree(ed_package, old)
+    config = json.loads((old / "config.json").read_text())
+    assert "hidden_size" in config["model"] and "d_model" not in config["model"]
+    config["model"] = model_from_json(config["model"], 3)
+    config["format_version"] = 2
+    assert "d_model" in config["model"] and not set(config["model"]) & set(OUR_NAMES)
+    (old / "config.json").write_text(json.dumps(config))
+    assert load_package(old).config.model == load_package(ed_package).config.model
+    assert Translator(old).translate_batch(TEXTS) == Translator(ed_package).translate_batch(TEXTS)
+
+
+def test_onnxruntime_genai_runs_the_lm_package(lm_package, lm_checkpoint):
+    """genai_config.json lets onnxruntime-genai load the package folder: the same prompt logits
+    as PyTorch and the same greedy ids as edgeformer's runtime."""
+    og = pytest.importorskip("onnxruntime_genai")
+    prompt = [5, 9, 14, 3, 22, 8]
+    model = og.Model(str(lm_package))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + 12, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array([prompt], dtype=np.int32))
+    logits = np.asarray(gen.get_logits()).reshape(-1)
+    torch_model, _ = load_checkpoint(lm_checkpoint)
+    with torch.no_grad():
+        want = torch_model(torch.tensor([prompt]))[0][0, -1].numpy()  # (logits, cache)
+    np.testing.assert_allclose(logits, want, atol=1e-4)
+    while not gen.is_done():
+        gen.generate_next_token()
+    genai_ids = [int(i) for i in gen.get_sequence(0)][len(prompt) :]
+    ours = Generator(lm_package).generate_ids([prompt], GenerationOptions(max_new_tokens=12))[0]
+    assert genai_ids[: len(ours)] == ours and len(ours) > 0
