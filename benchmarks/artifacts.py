@@ -1,6 +1,9 @@
-"""Build every stack's model files on disk once per shape: our checkpoint and package, the
-Hugging Face model, its Optimum ONNX export (fp32, dynamic int8) and its CTranslate2 conversion,
-and a Llama of the LM shape with its onnxruntime-genai model-builder conversions.
+"""Build every stack's model files on disk once per shape: the Hugging Face model of the shape
+(MarianMTModel / GPT2LMHeadModel), its conversion into our checkpoint and package, its Optimum
+ONNX export (fp32, dynamic int8) and its CTranslate2 conversion; and a Llama of the LM shape,
+converted both into our checkpoint and package and by onnxruntime-genai's model builder. So every
+stack of a row runs the same weights (our own random model only without transformers, or the
+trained model of --package).
 
 Everything is made from a config with random weights (fixed seed); nothing comes from a hub.
 Each folder gets a stamp holding the config it was built from, so `--work DIR` can reuse it.
@@ -9,6 +12,7 @@ Each folder gets a stamp holding the config it was built from, so `--work DIR` c
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -47,8 +51,24 @@ def _word_tokenizer(vocab: list[str], unk: str):
     return tok
 
 
+def hf_weights(job) -> bool:
+    """Whether our ED / LM stacks run the peers' weights: without --package, the Hugging Face
+    model of the shape (`hf_model_dir`) converted by `edgeformer.models.hf.convert_hf`, so that
+    every stack of a row runs the same model and takes the same ("hf") token ids. It needs
+    transformers to build that model; without it (or with --package) ours run our own model."""
+    return job.package is None and _installed("transformers")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def our_checkpoint(shape: Shape, work: Path) -> Path:
-    """Our random-weight model (seed SEED) saved as an edgeformer checkpoint."""
+    """Our random-weight model (seed SEED, our vocabulary) saved as an edgeformer checkpoint: what
+    our stacks run when transformers is not installed (no HF model to convert)."""
 
     def build(path: Path) -> None:
         import torch
@@ -65,31 +85,67 @@ def our_checkpoint(shape: Shape, work: Path) -> Path:
     return _cached(work / f"{shape.name}-checkpoint", shape.cfg.to_dict(), build)
 
 
-def our_package(shape: Shape, work: Path, variants: tuple[str, ...] = ("fp32",)) -> Path:
-    """Our checkpoint exported with `edgeformer.export` (all variants in one package)."""
-    ckpt = our_checkpoint(shape, work)
+def converted_checkpoint(hf: Path, path: Path, key: dict) -> Path:
+    """The Hugging Face folder `hf` converted into an edgeformer checkpoint at `path` (cached)."""
 
-    def build(path: Path) -> None:
+    def build(out: Path) -> None:
+        from edgeformer.models.hf import convert_hf
+
+        convert_hf(hf, out, force=True)
+
+    return _cached(path, {**key, "converted": hf.name}, build)
+
+
+def hf_checkpoint(shape: Shape, work: Path) -> Path:
+    """The shape's Hugging Face model (Marian / GPT-2, `hf_model_dir`) as an edgeformer checkpoint:
+    the weights and vocabulary of hf-torch, Optimum and CTranslate2."""
+    hf = hf_model_dir(shape, work)
+    return converted_checkpoint(hf, work / f"{shape.name}-hf-checkpoint", shape.cfg.to_dict())
+
+
+def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...]) -> Path:
+    """`ckpt` exported with `edgeformer.export` (all `variants` in one package, cached)."""
+
+    def build(out: Path) -> None:
         from edgeformer.export import export_package
 
         with warnings.catch_warnings(), _quiet():
             warnings.simplefilter("ignore")
-            export_package(ckpt, path, variants=tuple(variants), force=True, verbose=False)
+            export_package(ckpt, out, variants=tuple(variants), force=True, verbose=False)
 
-    key = {"cfg": shape.cfg.to_dict(), "variants": list(variants)}
-    return _cached(work / f"{shape.name}-package", key, build)
+    return _cached(path, {**key, "variants": list(variants)}, build)
+
+
+def our_package(
+    shape: Shape, work: Path, variants: tuple[str, ...] = ("fp32",), from_hf: bool = False
+) -> Path:
+    """Our checkpoint of the shape exported: the converted HF model's (`from_hf`), else ours."""
+    key = {"cfg": shape.cfg.to_dict()}
+    if from_hf:
+        ckpt, name = hf_checkpoint(shape, work), f"{shape.name}-hf-package"
+    else:
+        ckpt, name = our_checkpoint(shape, work), f"{shape.name}-package"
+    return exported_package(ckpt, work / name, key, variants)
 
 
 def package_for(job) -> Path:
-    """The package a job's stack of our runtime runs: --package, else our random-weight one."""
-    return job.package or our_package(job.shape, job.work, job.variants)
+    """The package a job's stack of our runtime runs (ED / LM): --package, else the converted
+    HF model's (`hf_weights`), else our random-weight one."""
+    return job.package or our_package(job.shape, job.work, job.variants, hf_weights(job))
 
 
 def checkpoint_for(job) -> Path:
-    """The checkpoint edgeformer-torch runs: --package's --checkpoint, else our random one."""
+    """The checkpoint edgeformer-torch runs: --package's --checkpoint, else the converted HF
+    model (`hf_weights`), else our random-weight one."""
     if job.package and not job.checkpoint:
         raise RuntimeError("a --package was given without its --checkpoint")
-    return job.checkpoint or our_checkpoint(job.shape, job.work)
+    if job.checkpoint:
+        return job.checkpoint
+    return (
+        hf_checkpoint(job.shape, job.work)
+        if hf_weights(job)
+        else our_checkpoint(job.shape, job.work)
+    )
 
 
 # ---- peers: Hugging Face model of the same shape, and its conversions ---------------------------
@@ -253,6 +309,24 @@ def llama_dir(shape: Shape, work: Path) -> Path:
         PreTrainedTokenizerFast(tokenizer_object=tok, **specials).save_pretrained(path)
 
     return _cached(work / f"{shape.name}-llama-hf", shape.cfg.to_dict(), build)
+
+
+LLAMA_VARIANTS = ("fp32", "int8", "int4")  # the variants of our Llama package (CPU)
+
+
+def llama_checkpoint(shape: Shape, work: Path) -> Path:
+    """The Llama that onnxruntime-genai converts (`llama_dir`), as an edgeformer checkpoint."""
+    hf = llama_dir(shape, work)
+    return converted_checkpoint(hf, work / f"{shape.name}-llama-checkpoint", shape.cfg.to_dict())
+
+
+def llama_package_for(job) -> Path:
+    """The package of the edgeformer-llama-* stacks: the converted Llama exported with the
+    variants of LLAMA_VARIANTS that the run's stacks need (fp32 always)."""
+    variants = tuple(v for v in job.variants if v in LLAMA_VARIANTS) or ("fp32",)
+    ckpt = llama_checkpoint(job.shape, job.work)
+    key = {"cfg": job.shape.cfg.to_dict()}
+    return exported_package(ckpt, job.work / f"{job.shape.name}-llama-package", key, variants)
 
 
 def genai_dir(shape: Shape, work: Path, precision: str) -> Path:

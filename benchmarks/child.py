@@ -40,10 +40,10 @@ MODULE = "edgeformer.benchmarks.child"
 def load_in_this_process(job: Job) -> Runner:
     """The stack a job names, loaded here from the files the parent built."""
     from . import artifacts
-    from .stacks import get_stack
+    from .stacks import for_job, get_stack
 
     artifacts.READ_ONLY = True
-    return get_stack(job.stack).load(job)
+    return for_job(get_stack(job.stack), job).load(job)
 
 
 def serve(job: Job) -> int:
@@ -99,13 +99,13 @@ def serve(job: Job) -> int:
 
 def memory(job: Job) -> int:
     """Peak RSS of a fresh process that loads the stack and runs each workload once."""
-    from .stacks import get_stack, inputs_for
+    from .stacks import for_job, get_stack, inputs_for
 
     quiet_libraries()
     base = rss_mb()
     runner = load_in_this_process(job)
     loaded = rss_mb()
-    stack = get_stack(job.stack)
+    stack = for_job(get_stack(job.stack), job)
     for batch, length, n in job.workloads:
         runner.generate(inputs_for(stack, job.shape, batch, length), n)
     out = {"peak_rss_mb": peak_rss_mb(), "start_rss_mb": base, "loaded_rss_mb": loaded}

@@ -27,6 +27,7 @@ from .shapes import WORKLOADS, Shape, get_shape, sweep_workload
 from .stacks import (
     Stack,
     cuda_available,
+    for_job,
     inputs_for,
     package_variants,
     select_stacks,
@@ -45,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         "--stacks",
         default="all",
         help="all | ours | peers | names or prefixes, comma-separated (edgeformer-fp32, "
-        "edgeformer-torch, hf-torch, optimum-fp32, ct2-fp32, ct2-int8, genai-int4, "
-        "hf-torch-llama, ...)",
+        "edgeformer-torch, edgeformer-llama-int4, hf-torch, optimum-fp32, ct2-fp32, ct2-int8, "
+        "genai-int4, hf-torch-llama, ...)",
     )
     p.add_argument("--threads", type=int, default=2, help="threads for every stack (default 2)")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 7; quick 2)")
@@ -175,6 +176,7 @@ def bench(settings: Settings) -> int:
 
 def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
     shape, settings = job.shape, job.settings
+    stacks = [for_job(s, job) for s in stacks]  # ours: the peers' weights and ids, unless --package
     print(f"== {shape.describe()}" + (f" (package {job.package})" if job.package else ""))
     results["shapes"][shape.name] = {**shape.cfg.to_dict(), "package": str(job.package or "")}
     info: dict[str, dict] = {}
@@ -347,11 +349,13 @@ def _profile(job: Job, names: list[str]) -> dict:
     shape, threads = job.shape, job.settings.threads
     out: dict = {}
     for name in names:
-        s = get_stack(name)
+        s = for_job(get_stack(name), job)
         if not s.variant or s.device != "cpu" or s.precision == "fp16":
             continue
         try:
-            pkg = load_package(artifacts.package_for(job), verify=False)
+            llama = s.vocab == "llama"  # the edgeformer-llama-* stacks' package
+            path = artifacts.llama_package_for(job) if llama else artifacts.package_for(job)
+            pkg = load_package(path, verify=False)
             out.setdefault("decode_step", {})[name] = profile.decode_step_ops(
                 pkg.file("decoder", s.variant), shape.cfg, threads
             )
@@ -359,7 +363,7 @@ def _profile(job: Job, names: list[str]) -> dict:
             out.setdefault("decode_step", {})[name] = {"error": _err(e)}
     w = WORKLOADS["W1"]
     for name in names:
-        s = get_stack(name)
+        s = for_job(get_stack(name), job)
         if not (s.variant or name.startswith("optimum-")):
             continue
         ids = inputs_for(s, shape, w.batch, w.src_len)

@@ -16,9 +16,12 @@ FP32_PEER = "ct2-fp32"  # edgeformer-fp32 ms/token <= 0.8x this, on every worklo
 FP32_RATIO_TARGET = 0.8
 EAGER = ("hf-torch", "edgeformer-torch")  # PyTorch eager: >= 5x slower than edgeformer-fp32
 EAGER_SPEEDUP_TARGET = 5.0
-QUANT_PEER = "genai-int4"  # best quantized edgeformer CPU variant <= 0.8x this ...
+QUANT_PEER = "genai-int4"  # best quantized edgeformer-llama-* variant <= 0.8x this ...
 QUANT_RATIO_TARGET = 0.8
 QUANT_WORKLOADS = (("lm", "W1"), ("lm", "W3"))  # ... on these
+# onnxruntime-genai runs a Llama: ours are compared on the same weights, our conversion of it
+LLAMA_OURS = "edgeformer-llama-"  # + variant
+GENAI_PAIRS = (("edgeformer-llama-fp32", "genai-fp32"), ("edgeformer-llama-int4", "genai-int4"))
 PACKAGES = (
     "edgeformer", "torch", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "tokenizers",
     "optimum", "optimum-onnx", "transformers", "ctranslate2", "onnxruntime-genai",
@@ -71,6 +74,7 @@ def targets(results: dict) -> dict:
     """Measured ratios against the issue's targets (a row only where both stacks ran)."""
     out: dict = {"fp32_vs_ct2": [], "speedup_vs_eager": [], "quantized_vs_genai": []}
     out["file_vs_ct2"] = file_targets(results.get("file", []))
+    out["llama_vs_genai"] = llama_pairs(results)
     stacks = results["stacks"]
     for r in results["workloads"]:
         if r["stack"] != "edgeformer-fp32":
@@ -112,7 +116,7 @@ def targets(results: dict) -> dict:
             r["stack"]: r["ms_per_token"]["median"]
             for r in results["workloads"]
             if (r["shape"], r["workload"]) == (shape, w) and r["stack"] in info
-            and info[r["stack"]]["group"] == "ours" and info[r["stack"]]["device"] == "cpu"
+            and r["stack"].startswith(LLAMA_OURS) and info[r["stack"]]["device"] == "cpu"
             and info[r["stack"]]["precision"] not in ("fp32", "fp16")
         }  # fmt: skip
         if peer is None or not quant:
@@ -131,6 +135,25 @@ def targets(results: dict) -> dict:
                 "met": quant[best] / peer <= QUANT_RATIO_TARGET,
             }
         )
+    return out
+
+
+def llama_pairs(results: dict) -> list[dict]:
+    """edgeformer vs onnxruntime-genai on the same Llama weights, precision by precision
+    (GENAI_PAIRS), every LM workload where both ran: ms/token and ratio (ours ÷ genai)."""
+    out = []
+    for r in results["workloads"]:
+        for ours, peer in GENAI_PAIRS:
+            if r["stack"] != ours:
+                continue
+            peer_ms = _ms(results, r["shape"], r["workload"], peer)
+            if peer_ms is None:
+                continue
+            ours_ms = r["ms_per_token"]["median"]
+            out.append(
+                {"shape": r["shape"], "workload": r["workload"], "ours": ours, "peer": peer,
+                 "ours_ms": ours_ms, "peer_ms": peer_ms, "ratio": ours_ms / peer_ms}
+            )  # fmt: skip
     return out
 
 
@@ -197,13 +220,17 @@ def markdown(results: dict) -> str:
         f"Versions: {vs}.",
         "",
         "Greedy, forced output length (EOS ignored), random weights unless a package is named. "
-        "ms/token = total ÷ new tokens (per decoding step, whole batch); decode = (total − TTFT) "
-        "÷ (new − 1); TTFT = the same call with one new token; medians, min–max over "
-        "interleaved rounds. agree = fraction of tokens equal to the reference stack's (ours: "
-        "edgeformer-torch; GPT-2 / Marian peers: hf-torch; onnxruntime-genai: hf-torch-llama, "
-        "the HF PyTorch Llama it was converted from; — where the reference did not run). "
-        "size = the model files the stack loads. RSS loaded = the stack's own process once "
-        "loaded; RSS peak = "
+        "Same weights: every stack of a row runs one model, given the same token ids: ours "
+        "(edgeformer-torch, edgeformer-fp32/int8/int4) the edgeformer conversion of the Marian "
+        "/ GPT-2 model that hf-torch, Optimum and CTranslate2 run, and edgeformer-llama-* that "
+        "of the Llama onnxruntime-genai converts (with --package, ours run that trained model; "
+        "without transformers, a random model of their own). ms/token = total ÷ new tokens "
+        "(per decoding step, whole batch); decode = (total − TTFT) ÷ (new − 1); TTFT = the same "
+        "call with one new token; medians, min–max over interleaved rounds. agree = fraction "
+        "of tokens equal to the reference stack's (Marian / GPT-2 rows: hf-torch, HF PyTorch; "
+        "Llama rows: hf-torch-llama, the HF PyTorch Llama; ours with a --package: "
+        "edgeformer-torch; — where the reference did not run). size = the model files the "
+        "stack loads. RSS loaded = the stack's own process once loaded; RSS peak = "
         + (
             "a fresh process that loads the stack and runs each workload once (MB)."
             if st["memory"] == "subprocess"
@@ -341,18 +368,36 @@ def _targets_md(t: dict) -> list[str]:
         lines.append(
             f"- {r['shape'].upper()} {r['workload']}: best quantized CPU variant {r['stack']} "
             f"{r['ours_ms']:.3f} ÷ {r['peer']} {r['peer_ms']:.3f} ms/token = "
-            f"**{r['ratio']:.2f}** (target ≤ {r['target']}: {_met(r)})"
+            f"**{r['ratio']:.2f}** (target ≤ {r['target']}: {_met(r)}; same Llama weights)"
         )
     if not t.get("quantized_vs_genai"):
         where = " and ".join(f"{s.upper()} {w}" for s, w in QUANT_WORKLOADS)
         lines.append(
             f"- best quantized variant vs {QUANT_PEER} ({where}): not computed (a quantized "
-            f"variant or {QUANT_PEER} did not run)"
+            f"{LLAMA_OURS}* variant or {QUANT_PEER} did not run)"
         )
     for r in t.get("file_vs_ct2", []):
         lines.append(
             f"- ED file translation: {r['ours']} {r['ours_sps']:.1f} ÷ {r['peer']} "
             f"{r['peer_sps']:.1f} sentences/s = **{r['ratio']:.2f}** (target ≥ 1: {_met(r)})"
+        )
+    return lines + [""] + _llama_md(t.get("llama_vs_genai") or [])
+
+
+def _llama_md(rows: list[dict]) -> list[str]:
+    """edgeformer and onnxruntime-genai side by side on the same Llama, fp32 and int4."""
+    if not rows:
+        return []
+    lines = [
+        "### edgeformer vs onnxruntime-genai, same Llama weights (ms/token, medians)",
+        "",
+        "| workload | edgeformer | ms/token | onnxruntime-genai | ms/token | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['shape'].upper()} {r['workload']} | {r['ours']} | {r['ours_ms']:.3f} "
+            f"| {r['peer']} | {r['peer_ms']:.3f} | **{r['ratio']:.2f}** |"
         )
     return lines + [""]
 

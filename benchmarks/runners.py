@@ -138,7 +138,11 @@ def variant_files(pkg, variant: str) -> list[Path]:
     return [pkg.path / n for n in sorted({*entry.files.values(), entry.weights})]
 
 
-def load_our_runtime(job: Job, variant: str) -> Runner:
+def load_our_runtime(
+    job: Job, variant: str, package: Callable[[Job], Path] = artifacts.package_for
+) -> Runner:
+    """Our runtime on one variant of the job's package (`package`: which one; the Llama stacks
+    pass artifacts.llama_package_for)."""
     import numpy as np
     import onnxruntime as ort
 
@@ -146,7 +150,7 @@ def load_our_runtime(job: Job, variant: str) -> Runner:
     from edgeformer.runtime.decoding import GenerationOptions
     from edgeformer.runtime.package import load_package
 
-    pkg_path = artifacts.package_for(job)
+    pkg_path = package(job)
     pkg = load_package(pkg_path, verify=False)
     if variant not in pkg.variants:
         raise RuntimeError(f"package has no {variant} variant (it has {pkg.variants})")

@@ -1,8 +1,9 @@
 """Benchmark shapes and workloads: the model sizes every stack runs, and the inputs they get.
 
 ED = encoder-decoder (post-LN, sinusoidal, ReLU), LM = decoder-only (pre-LN, learned positions,
-GELU). Peers get a Hugging Face model of the same shape (MarianMTModel / GPT2LMHeadModel) with
-their own random weights, so a peer's outputs are compared with its own PyTorch model, not ours.
+GELU). A Hugging Face model of the same shape (MarianMTModel / GPT2LMHeadModel, and a Llama for
+onnxruntime-genai) holds the random weights; every stack runs a conversion of it (ours too,
+unless --package), so that all outputs can be compared with HF PyTorch's token for token.
 """
 
 from __future__ import annotations

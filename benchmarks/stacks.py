@@ -3,13 +3,20 @@ files are built (`build`, in the main process, before any timing) and how it is 
 in the stack's own process: `runners`).
 
 Ours: the edgeformer runtime on each package variant (`edgeformer.runtime.package.VARIANTS`),
-and our PyTorch model eager with KV cache. Peers: HF PyTorch `generate` (GPT-2 / Marian, and the
-Llama that onnxruntime-genai converts), Optimum + onnxruntime, CTranslate2, onnxruntime-genai.
-A stack whose Python package is missing is skipped with the reason.
+and our PyTorch model eager with KV cache; the edgeformer-llama-* stacks: our runtime on the
+Llama that onnxruntime-genai converts (LM only). Peers: HF PyTorch `generate` (GPT-2 / Marian,
+and that Llama), Optimum + onnxruntime, CTranslate2, onnxruntime-genai. A stack whose Python
+package is missing is skipped with the reason.
+
+Same weights: every stack of a row runs one model. Ours run the conversion of the Marian /
+GPT-2 model the peers run (`artifacts.hf_weights`; `for_job` then gives them the peers' ids and
+hf-torch as reference), and the Llama genai runs; only a --package (the user's trained model,
+our vocabulary) or a missing transformers makes ours run a model of their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +61,13 @@ def _build_checkpoint(job: Job) -> None:
     artifacts.checkpoint_for(job)
 
 
+def _build_llama_package(job: Job) -> None:
+    artifacts.llama_package_for(job)
+
+
+NO_LLAMA_ED = "onnxruntime-genai's model builder has no encoder-decoder text model (Whisper only)"
+
+
 def all_stacks(cuda: bool = False) -> list[Stack]:
     """Every stack, in report order. Our variants come from the runtime's VARIANTS."""
     ours = "edgeformer-torch"
@@ -64,6 +78,13 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
         load = partial(runners.load_our_runtime, variant=v)
         stacks.append(Stack(f"edgeformer-{v}", "ours", v, ours, _build_package, load, variant=v))
     # no -cuda stacks of ours: the runtime decodes on the CPU provider (runtime.api.cpu_only)
+    # the Llama that onnxruntime-genai converts, converted by us too (same weights, same ids)
+    llama_ours = ("torch", "transformers")  # to make the Llama and convert it
+    for v in artifacts.LLAMA_VARIANTS:
+        load = partial(runners.load_our_runtime, variant=v, package=artifacts.llama_package_for)
+        stacks.append(Stack(f"edgeformer-llama-{v}", "ours", v, "hf-torch-llama",
+                            _build_llama_package, load, llama_ours, variant=v, families=(LM,),
+                            vocab="llama", note=NO_LLAMA_ED))  # fmt: skip
 
     def hf(job):
         return artifacts.hf_model_dir(job.shape, job.work)
@@ -81,8 +102,7 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
     opt = (*torch_hf, "optimum.onnxruntime")
     ct = ("ctranslate2", "transformers")
     og = ("onnxruntime_genai", *torch_hf, "onnx_ir")  # onnx_ir: the model builder
-    no_ed = "onnxruntime-genai's model builder has no encoder-decoder text model (Whisper only)"
-    llama: dict[str, Any] = dict(families=(LM,), vocab="llama", note=no_ed)
+    llama: dict[str, Any] = dict(families=(LM,), vocab="llama", note=NO_LLAMA_ED)
     stacks += [
         Stack("hf-torch", "peers", "fp32", "hf-torch", hf, runners.load_hf_torch, torch_hf,
               vocab="hf"),
@@ -135,6 +155,16 @@ def select_stacks(spec: str, cuda: bool = False) -> list[Stack]:
             raise ValueError(f"unknown stack {part!r}; known: all, ours, peers, {names}")
         chosen += [s for s in hit if s not in chosen]
     return chosen
+
+
+def for_job(stack: Stack, job: Job) -> Stack:
+    """`stack` as it runs in `job`. Our ED / LM stacks (vocab "ours") run the conversion of the
+    peers' Marian / GPT-2 model unless a --package is given (`artifacts.hf_weights`): then they
+    take that model's ("hf") ids and their reference is hf-torch, like every peer of the row;
+    with a --package they run the user's model, in our vocabulary, against edgeformer-torch."""
+    if stack.vocab == "ours" and artifacts.hf_weights(job):
+        return dataclasses.replace(stack, vocab="hf", ref="hf-torch")
+    return stack
 
 
 def missing_modules(stack: Stack) -> list[str]:

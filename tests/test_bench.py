@@ -1,10 +1,13 @@
 """`edgeformer bench`: the quick run end to end (ours, and peers when installed), the JSON it
 writes, fp32 agreement, the report's targets on synthetic results, the settings and the module
-structure, and the onnxruntime-genai stack (skipped cleanly when it is not installed)."""
+structure, the same-weights rule (ours run the conversions of the peers' HF models: Marian /
+GPT-2 and the Llama of onnxruntime-genai), and the onnxruntime-genai stack (skipped cleanly when
+it is not installed)."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -27,12 +30,15 @@ def _have(*modules: str) -> bool:
 
 @pytest.mark.slow
 def test_quick_bench_end_to_end(tmp_path):
-    """LM only (the faster export): our runtime fp32 must reproduce our PyTorch model exactly."""
+    """LM only (the faster export): our runtime fp32 must reproduce the reference exactly: HF
+    PyTorch on the same (converted) weights when transformers is installed, else our PyTorch."""
     pytest.importorskip("onnx")  # the exporter
     stacks = ["edgeformer-torch", "edgeformer-fp32"]
+    if _have("transformers"):
+        stacks += ["hf-torch"]
     peers = _have("transformers", "ctranslate2")
     if peers:
-        stacks += ["hf-torch", "ct2-fp32"]
+        stacks += ["ct2-fp32"]
     out = tmp_path / "results"
     argv = ["bench", "--quick", "--shapes", "lm", "--stacks", ",".join(stacks)]
     argv += ["--workloads", "W1,W2,sweep", "--sweep-batches", "1,4", "--rounds", "1"]
@@ -57,7 +63,7 @@ def test_quick_bench_end_to_end(tmp_path):
             assert r["batch"] == batch and r["new_tokens"] == 32 and r["forced_length_ok"]
             for key in ("total_ms", "ms_per_token", "ttft_ms", "decode_ms_per_token"):
                 assert r[key]["min"] <= r[key]["median"] <= r[key]["max"]
-            assert r["agreement"] == 1.0, (w, name)  # fp32: ours vs ours, peers vs HF PyTorch
+            assert r["agreement"] == 1.0, (w, name)  # fp32, same weights: all vs HF PyTorch
     assert {(r["stack"], r["batch"]) for r in res["sweep"]} == {
         (s, b) for s in stacks for b in (1, 4)
     }
@@ -82,6 +88,12 @@ def test_stack_selection_and_missing_peers(monkeypatch):
     assert [s.name for s in select_stacks("ct2")] == ["ct2-fp32", "ct2-int8"]
     assert [s.name for s in select_stacks("genai")] == ["genai-fp32", "genai-int4"]
     assert {s.ref for s in select_stacks("genai")} == {"hf-torch-llama"}
+    llama = select_stacks("edgeformer-llama")  # ours on the Llama genai runs
+    assert [s.name for s in llama] == [f"edgeformer-llama-{v}" for v in ("fp32", "int8", "int4")]
+    assert {(s.group, s.ref, s.vocab, s.families) for s in llama} == {
+        ("ours", "hf-torch-llama", "llama", ("decoder-only",))
+    }
+    assert {s.name for s in llama} <= {s.name for s in select_stacks("ours")}
     with pytest.raises(ValueError, match="unknown stack"):
         select_stacks("tensorrt")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
@@ -133,6 +145,61 @@ def test_genai_quick_lm_builds_and_generates_forced_length(tmp_path):
         if precision == "fp32":
             assert measure.agreement(r.generate(ids, 12), expected) == 1.0
     assert json.loads((tmp_path / "lm-genai-int4" / "genai_config.json").read_text())
+
+
+@pytest.mark.skipif(not _have("transformers", "onnx"), reason="no transformers")
+@pytest.mark.parametrize("name", ["ed", "lm"])
+def test_quick_ours_run_the_converted_hf_model(tmp_path, name):
+    """Same weights: our checkpoint is the HF model (Marian / GPT-2) converted, our stacks take
+    its ids and are compared with hf-torch, and our PyTorch model's greedy output is HF's."""
+    from edgeformer.benchmarks import artifacts, measure
+    from edgeformer.benchmarks.stacks import for_job, get_stack, inputs_for
+
+    shape = get_shape(name, quick=True)
+    job = Job("", shape, tmp_path, Settings(quick=True))
+    ours, hf = (for_job(get_stack(n), job) for n in ("edgeformer-torch", "hf-torch"))
+    assert (ours.vocab, ours.ref) == ("hf", "hf-torch")
+    assert for_job(get_stack("edgeformer-int4"), job).ref == "hf-torch"
+    ours.build(job)
+    source = json.loads((artifacts.checkpoint_for(job) / "config.json").read_text())["source"]
+    arch = "MarianMTModel" if shape.is_ed else "GPT2LMHeadModel"
+    assert source == {"format": "huggingface", "architecture": arch}
+    ids = inputs_for(ours, shape, 2, 16)
+    assert ids == inputs_for(hf, shape, 2, 16)
+    got, expected = ours.load(job).generate(ids, 12), hf.load(job).generate(ids, 12)
+    assert measure.agreement(got, expected) == 1.0
+    # a --package: ours run the user's model, in our vocabulary, against edgeformer-torch
+    given = dataclasses.replace(job, package=tmp_path / "package")
+    mine = for_job(get_stack("edgeformer-fp32"), given)
+    assert (mine.vocab, mine.ref) == ("ours", "edgeformer-torch")
+    assert for_job(get_stack("edgeformer-llama-int4"), given).ref == "hf-torch-llama"
+
+
+@pytest.mark.skipif(not _have("transformers", "onnx"), reason="no transformers")
+def test_quick_llama_stacks_of_ours_run_genais_weights(tmp_path):
+    """The edgeformer-llama-* stacks: the Llama that onnxruntime-genai converts, converted and
+    exported by us (fp32, int8, int4 in one package); the forced length, and fp32 equal to HF
+    PyTorch's greedy run of the same weights (no onnxruntime-genai needed)."""
+    from edgeformer.benchmarks import artifacts, measure
+    from edgeformer.benchmarks.stacks import get_stack, inputs_for
+
+    shape = get_shape("lm", quick=True)
+    job = Job("", shape, tmp_path, Settings(quick=True), variants=artifacts.LLAMA_VARIANTS)
+    ref = get_stack("hf-torch-llama")
+    ref.build(job)
+    ids = inputs_for(ref, shape, 2, 16)
+    expected = ref.load(job).generate(ids, 12)
+    for v in artifacts.LLAMA_VARIANTS:
+        s = get_stack(f"edgeformer-llama-{v}")
+        s.build(job)
+        r = s.load(job)
+        assert ids == inputs_for(s, shape, 2, 16)
+        out = r.generate(ids, 12)
+        assert len(out) == 2 and all(len(o) == 12 for o in out), v
+        if v == "fp32":
+            assert measure.agreement(out, expected) == 1.0
+    ckpt = json.loads((tmp_path / "lm-llama-checkpoint" / "config.json").read_text())
+    assert ckpt["source"]["architecture"] == "LlamaForCausalLM"
 
 
 def test_settings_defaults_and_job_round_trip(tmp_path):
@@ -217,6 +284,9 @@ def test_targets_and_markdown_on_synthetic_results():
                 "edgeformer-int4": ok("ours", "int4"),
                 "edgeformer-int8": ok("ours", "int8"),
                 "edgeformer-torch": ok("ours", "fp32"),
+                "edgeformer-llama-fp32": ok("ours", "fp32"),
+                "edgeformer-llama-int8": ok("ours", "int8"),
+                "edgeformer-llama-int4": ok("ours", "int4"),
                 "ct2-fp32": ok("peers", "fp32"),
                 "hf-torch": ok("peers", "fp32"),
                 "ct2-int8": ok("peers", "int8"),
@@ -226,15 +296,19 @@ def test_targets_and_markdown_on_synthetic_results():
         },  # fmt: skip
         "workloads": [
             _row("lm", "W1", "edgeformer-fp32", 2.0),
-            _row("lm", "W1", "edgeformer-int4", 0.8),
+            _row("lm", "W1", "edgeformer-int4", 0.7),  # GPT-2 weights: not genai's
             _row("lm", "W1", "edgeformer-int8", 0.9),
+            _row("lm", "W1", "edgeformer-llama-int4", 0.8),
+            _row("lm", "W1", "edgeformer-llama-int8", 0.9),
+            _row("lm", "W1", "edgeformer-llama-fp32", 2.5),
             _row("lm", "W1", "edgeformer-torch", 12.0),
             _row("lm", "W1", "ct2-fp32", 3.0),
             _row("lm", "W1", "ct2-int8", 1.0),  # not the target peer
             _row("lm", "W1", "genai-fp32", 1.0),  # not the target peer either
             _row("lm", "W1", "hf-torch", 11.0),
             _row("lm", "W1", "genai-int4", 1.25),
-            _row("lm", "W3", "edgeformer-int8", 1.5),
+            _row("lm", "W3", "edgeformer-int8", 1.0),  # GPT-2 weights: not genai's
+            _row("lm", "W3", "edgeformer-llama-int8", 1.5),
             _row("lm", "W3", "genai-int4", 1.25),
         ],
         "sweep": [],
@@ -245,12 +319,19 @@ def test_targets_and_markdown_on_synthetic_results():
     eager = {r["eager"]: r["speedup"] for r in t["speedup_vs_eager"]}
     assert eager == {"edgeformer-torch": 6.0, "hf-torch": 5.5}
     w1, w3 = t["quantized_vs_genai"]
-    assert (w1["workload"], w1["stack"], w1["met"]) == ("W1", "edgeformer-int4", True)
-    assert (w3["workload"], w3["stack"], w3["met"]) == ("W3", "edgeformer-int8", False)
+    assert (w1["workload"], w1["stack"], w1["met"]) == ("W1", "edgeformer-llama-int4", True)
+    assert (w3["workload"], w3["stack"], w3["met"]) == ("W3", "edgeformer-llama-int8", False)
     assert (w1["ratio"], w3["ratio"]) == (pytest.approx(0.64), pytest.approx(1.2))
+    # same Llama weights, precision by precision (W3: no edgeformer-llama-int4 row)
+    pairs = {(r["workload"], r["ours"], r["peer"]): r["ratio"] for r in t["llama_vs_genai"]}
+    assert pairs == {
+        ("W1", "edgeformer-llama-fp32", "genai-fp32"): pytest.approx(2.5),
+        ("W1", "edgeformer-llama-int4", "genai-int4"): pytest.approx(0.64),
+    }
     res["targets"] = t
     md = report.markdown(res)
     assert "**0.67**" in md and "**6.00×**" in md and "**0.64**" in md and "**1.20**" in md
+    assert "same Llama weights" in md and "| LM W1 | edgeformer-llama-fp32 | 2.500 |" in md
     assert "0.88" not in md  # no constant from the notes any more
     quality_only = {**res, "shapes": {}, "stacks": {}, "workloads": []}  # --workloads none
     assert report.targets(quality_only) == {
@@ -258,6 +339,7 @@ def test_targets_and_markdown_on_synthetic_results():
         "speedup_vs_eager": [],
         "quantized_vs_genai": [],
         "file_vs_ct2": [],
+        "llama_vs_genai": [],
     }
 
 
