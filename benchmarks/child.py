@@ -14,7 +14,7 @@ the rounds, sending one call at a time.
 Worker protocol: the child prints one JSON line when loaded ({"files": [...], "encode": bool,
 "start_rss_mb", "loaded_rss_mb", "rss_delta_mb": peak RSS growth while loading}), then answers
 each request line {"op": "generate", "ids": [[...]], "n": N}, {"op": "encode", "ids": ...},
-{"op": "file", "ids", "n", "size", "kind"} (Runner.translate_file) with
+{"op": "file", "ids", "n", "batching": files.FileBatching fields} (Runner.translate_file) with
 {"ms": time of the call measured in the child, "out": token lists or null}, and {"op": "rss"}
 with {"rss_mb", "peak_rss_mb"}. Failures are {"error": "..."}. Only these lines go to the real
 stdout; anything a library prints goes to stderr.
@@ -22,6 +22,7 @@ stdout; anything a library prints goes to stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .files import FileBatching
 from .measure import peak_rss_mb, rss_mb
 from .runners import Runner, env_threads, quiet_libraries
 from .settings import Job
@@ -81,7 +83,8 @@ def serve(job: Job) -> int:
             if req["op"] == "file":
                 if runner.translate_file is None:
                     raise RuntimeError("this stack has no batch-translation path")
-                ms = runner.translate_file(req["ids"], req["n"], req["size"], req["kind"])
+                batching = FileBatching(**req["batching"])
+                ms = runner.translate_file(req["ids"], req["n"], batching)
                 reply({"ms": ms, "out": None})
                 continue
             fn = runner.generate if req["op"] == "generate" else runner.encode
@@ -150,8 +153,9 @@ class Worker:
         msg = self._send({"op": op, "ids": ids, "n": n})
         return msg["ms"], msg["out"]
 
-    def translate_file(self, ids: list[list[int]], n: int, size: int, kind: str) -> float:
-        return self._send({"op": "file", "ids": ids, "n": n, "size": size, "kind": kind})["ms"]
+    def translate_file(self, ids: list[list[int]], n: int, batching: FileBatching) -> float:
+        req = {"op": "file", "ids": ids, "n": n, "batching": dataclasses.asdict(batching)}
+        return self._send(req)["ms"]
 
     def rss(self) -> dict:
         """The worker's current and peak RSS (MB)."""

@@ -13,6 +13,7 @@ benchmarks/README.md).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import shutil
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from . import files, measure, report
 from .child import Worker, child_peak_rss
+from .files import FileBatching
 from .runners import quiet_libraries
 from .settings import DEFAULT_OUT, ISOLATION_MODES, MEMORY_MODES, SPINNING, Job, Settings
 from .shapes import WORKLOADS, Shape, get_shape, sweep_workload
@@ -269,18 +271,19 @@ def _bench_files(runners: dict, shape: Shape, settings: Settings, info: dict, re
     live = {k: r for k, r in runners.items() if r.translate_file is not None}
     for name, r in list(live.items()):
         try:
-            r.translate_file(work.sources[:32], 2, 32, "examples")  # warm-up, untimed
+            for b in {FileBatching(32, inter_threads=c.inter_threads) for c in work.candidates}:
+                r.translate_file(work.sources[:32], 2, b)  # warm-up (and load), untimed
         except Exception as e:
             info[name].setdefault("errors", {})["file"] = _err(e)
             print(f"  {name} failed on file: {_err(e)}")
             del live[name]
     runs: dict[str, list[dict]] = {k: [] for k in live}
     for _ in range(1 if settings.quick else 2):
-        for size, kind in work.candidates:
+        for b in work.candidates:
             for name, r in live.items():
                 time.sleep(measure.SETTLE_S)
-                ms = r.translate_file(work.sources, work.new_tokens, size, kind)
-                runs[name].append({"max_batch_size": size, "batch_type": kind, "ms": ms})
+                ms = r.translate_file(work.sources, work.new_tokens, b)
+                runs[name].append({**dataclasses.asdict(b), "ms": ms})
     for name, rows in runs.items():
         best = min(rows, key=lambda row: row["ms"])
         results["file"].append(

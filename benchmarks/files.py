@@ -19,16 +19,37 @@ import numpy as np
 from .shapes import SEED
 
 FILE_NEW_TOKENS = 16  # about test_2016_flickr's mean German length in words (12.4) + BPE splits
-CANDIDATES = ((16, "examples"), (32, "examples"), (64, "examples"), (1024, "tokens"))
-QUICK_CANDIDATES = ((32, "examples"),)
 QUICK_SENTENCES = 200
+
+
+@dataclass(frozen=True)
+class FileBatching:
+    """One batching setting of a stack's batch path (the names of both engines' options)."""
+
+    max_batch_size: int
+    batch_type: str = "examples"  # "examples" | "tokens"
+    # sub-batches translated at once, each on its own thread with threads // inter_threads
+    # intra-op threads (edgeformer's and CTranslate2's inter_threads)
+    inter_threads: int = 1
+
+    def describe(self) -> str:
+        inter = f", {self.inter_threads} at once" if self.inter_threads > 1 else ""
+        return f"{self.max_batch_size} {self.batch_type}{inter}"
+
+
+CANDIDATES = tuple(
+    FileBatching(size, kind, inter)
+    for inter in (1, 2)
+    for size, kind in ((32, "examples"), (64, "examples"), (1024, "tokens"))
+)
+QUICK_CANDIDATES = (FileBatching(32), FileBatching(32, inter_threads=2))
 
 
 @dataclass(frozen=True)
 class FileWorkload:
     sources: list[list[int]]  # token ids in [4, vocab - 1): no special id in any stack's vocab
     new_tokens: int
-    candidates: tuple[tuple[int, str], ...]
+    candidates: tuple[FileBatching, ...]
 
     @property
     def sentences(self) -> int:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import artifacts
+from .files import FileBatching
 from .settings import Job
 
 
@@ -39,22 +40,22 @@ class Runner:
     timed_encode: Callable[[list[list[int]]], tuple[float, object]] | None = None
     close: Callable[[], None] | None = None
     rss: Callable[[], dict] | None = None  # the stack's process: {"rss_mb", "peak_rss_mb"}
-    translate_file: Callable[[list[list[int]], int, int, str], float] | None = None
+    translate_file: Callable[[list[list[int]], int, FileBatching], float] | None = None
 
 
-def file_timer(vocab: list[str], translate: Callable[[Path, Path, int, int, str], None]):
-    """Runner.translate_file around translate(src, out, n, max_batch_size, batch_type): the
-    sources are written as words of the stack's vocabulary (untimed), the translation is timed
-    and its output checked to have one line per source."""
+def file_timer(vocab: list[str], translate: Callable[[Path, Path, int, FileBatching], None]):
+    """Runner.translate_file around translate(src, out, n, batching): the sources are written
+    as words of the stack's vocabulary (untimed), the translation is timed and its output
+    checked to have one line per source."""
 
-    def timed(ids: list[list[int]], n: int, max_batch_size: int, batch_type: str) -> float:
+    def timed(ids: list[list[int]], n: int, batching: FileBatching) -> float:
         from .files import write_tokens
 
         with tempfile.TemporaryDirectory(prefix="edgeformer-bench-file-") as d:
             src, out = Path(d) / "src.txt", Path(d) / "out.txt"
             write_tokens(src, ids, vocab)
             t = time.perf_counter()
-            translate(src, out, n, max_batch_size, batch_type)
+            translate(src, out, n, batching)
             ms = (time.perf_counter() - t) * 1e3
             lines = out.read_text(encoding="utf-8").count("\n")
             if lines != len(ids):
@@ -180,10 +181,20 @@ def load_our_runtime(
                 x[i, : len(r)], m[i, : len(r)] = r, 1
             return enc.run(None, {"input_ids": x, "attention_mask": m})
 
-    def translate_file(src: Path, out: Path, n: int, max_batch_size: int, batch_type: str):
+    parallel: dict[int, Translator] = {}  # inter_threads > 1: a translator with threads / inter
+
+    def translate_file(src: Path, out: Path, n: int, b: FileBatching):
         assert isinstance(rt, Translator)  # set on encoder-decoder shapes only
-        rt.translate_file(
-            src, out, max_batch_size, batch_type, progress=False, max_new_tokens=n,
+        t = rt
+        if b.inter_threads > 1:
+            if b.inter_threads not in parallel:
+                parallel[b.inter_threads] = Translator(
+                    pkg_path, variant=variant, provider="cpu", spinning=job.settings.spinning,
+                    threads=max(1, job.threads // b.inter_threads), inter_threads=b.inter_threads,
+                )  # fmt: skip
+            t = parallel[b.inter_threads]
+        t.translate_file(
+            src, out, b.max_batch_size, b.batch_type, progress=False, max_new_tokens=n,
             ignore_eos=True,
         )  # fmt: skip
 
@@ -301,12 +312,21 @@ def load_ct2(job: Job, int8: bool) -> Runner:
             )  # fmt: skip
             return [[index[t] for t in r.hypotheses[0]] for r in res]
 
-        def translate_file(src: Path, out: Path, n: int, max_batch_size: int, batch_type: str):
+        parallel: dict[int, ctranslate2.Translator] = {}  # inter_threads > 1
+
+        def translate_file(src: Path, out: Path, n: int, b: FileBatching):
+            t = tr
+            if b.inter_threads > 1:
+                if b.inter_threads not in parallel:
+                    threads = max(1, job.threads // b.inter_threads)
+                    options = kw | dict(inter_threads=b.inter_threads, intra_threads=threads)
+                    parallel[b.inter_threads] = ctranslate2.Translator(str(path), **options)
+                t = parallel[b.inter_threads]
             eos = vocab[0]  # Marian's '</s>': the source ends with it, as in `generate`
             lines = src.read_text(encoding="utf-8").splitlines()
-            res = tr.translate_batch(
-                [line.split() + [eos] for line in lines], max_batch_size=max_batch_size,
-                batch_type=batch_type, beam_size=1, max_decoding_length=n,
+            res = t.translate_batch(
+                [line.split() + [eos] for line in lines], max_batch_size=b.max_batch_size,
+                batch_type=b.batch_type, beam_size=1, max_decoding_length=n,
                 min_decoding_length=n, max_input_length=0,
             )  # fmt: skip
             out.write_text("".join(" ".join(r.hypotheses[0]) + "\n" for r in res), "utf-8")

@@ -25,9 +25,9 @@ _END = object()
 class WorkerPool:
     """A lazily started thread pool (no threads until the first async call)."""
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, name: str = "async_workers"):
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-            raise ValueError(f"async_workers={workers!r} must be a positive integer")
+            raise ValueError(f"{name}={workers!r} must be a positive integer")
         self.workers, self._lock = workers, threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
@@ -36,6 +36,12 @@ class WorkerPool:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="edgeformer")
             return self._pool
+
+    def map(self, fn: Callable[[T], Any], items: list[T]) -> Iterator[Any]:
+        """fn over items, in order: on the calling thread with one worker, else on the pool."""
+        if self.workers == 1:
+            return map(fn, items)
+        return self.executor().map(fn, items)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """fn(*args, **kwargs) on the pool, awaited."""

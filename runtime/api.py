@@ -421,8 +421,14 @@ class Translator:
         providers: Providers | None = None,
         async_workers: int = 1,
         max_quality_loss: float = MAX_QUALITY_LOSS,
+        inter_threads: int = 1,
     ):
         self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
+        # translate_file / translate_iterable: sub-batches translated at once, each on its own
+        # thread (CTranslate2's inter_threads); then each gets cores // inter_threads threads
+        self.batch_pool = WorkerPool(inter_threads, "inter_threads")
+        if threads is None and inter_threads > 1 and session_options is None:
+            threads = max(1, (os.cpu_count() or 1) // inter_threads)
         settings = SessionSettings(threads, spinning, session_options, providers)
         m = Model(package_path, "encoder-decoder", variant, provider, settings, max_quality_loss)
         self.model = m

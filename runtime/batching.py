@@ -132,9 +132,17 @@ def translate_stream(
             number += 1
         out = [""] * len(buffer)
         todo = [i for i, s in enumerate(sources) if s]
-        for rows in _sub_batches([len(sources[i]) for i in todo], batching):
-            picked = [todo[r] for r in rows]
-            for i, ids in zip(picked, translator.translate_ids([sources[i] for i in picked], opts)):
+        batches = [
+            [todo[r] for r in rows]
+            for rows in _sub_batches([len(sources[i]) for i in todo], batching)
+        ]
+
+        def translate(picked: list[int], sources: list[list[int]] = sources) -> list[list[int]]:
+            return translator.translate_ids([sources[i] for i in picked], opts)
+
+        # inter_threads sub-batches at once (Translator.batch_pool), results in order
+        for picked, found in zip(batches, translator.batch_pool.map(translate, batches)):
+            for i, ids in zip(picked, found):
                 out[i] = model.decode(ids)
                 stats.target_tokens += len(ids)
         stats.sentences += len(buffer)

@@ -151,6 +151,12 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
         help="let idle onnxruntime threads spin (default off: faster on few cores)",
     )
     g.add_argument("--truncate", action="store_true", help="cut inputs longer than max_len")
+    if command == "translate":
+        g.add_argument(
+            "--inter-threads", type=int, default=1, metavar="N",
+            help="translate N sub-batches at once, each with cores/N threads (throughput on "
+            "stdin; CTranslate2's inter_threads)",
+        )  # fmt: skip
     d = p.add_argument_group(
         "decoding (defaults: the package's generation_config.json; greedy when it says nothing)"
     )
@@ -323,11 +329,17 @@ def run(args: argparse.Namespace) -> int:
         return run_score(args)
     opts = options(args)
     spinning = None if args.spinning is None else args.spinning == "on"
-    cls = Translator if args.command == "translate" else Generator
-    model = cls(
-        args.package, args.variant, args.provider, args.threads, spinning,
-        max_quality_loss=args.max_quality_loss,
-    )  # fmt: skip
+    model: Translator | Generator
+    if args.command == "translate":
+        model = Translator(
+            args.package, args.variant, args.provider, args.threads, spinning,
+            max_quality_loss=args.max_quality_loss, inter_threads=args.inter_threads,
+        )  # fmt: skip
+    else:
+        model = Generator(
+            args.package, args.variant, args.provider, args.threads, spinning,
+            max_quality_loss=args.max_quality_loss,
+        )  # fmt: skip
     if "max_new_tokens" not in opts and "max_new_tokens" not in model.model.default_settings:
         opts["max_new_tokens"] = DEFAULT_NEW_TOKENS[args.command]
     effective = make_options(model.model.defaults, **opts)

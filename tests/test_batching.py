@@ -51,6 +51,29 @@ def test_translate_iterable_equals_translate_batch_in_input_order(translator, si
     assert got[1] == "" and got[6] == ""
 
 
+def test_inter_threads_translate_sub_batches_at_once_with_the_same_results(
+    ed_package, translator, tmp_path, capsys
+):
+    """inter_threads=3: sub-batches run on 3 threads (1 intra-op thread each); the outputs
+    are the sequential ones, in input order."""
+    texts = TEXTS * 5
+    want = list(translator.translate_iterable(texts, 2, max_new_tokens=12))
+    parallel = Translator(ed_package, inter_threads=3)
+    assert parallel.batch_pool.workers == 3
+    assert list(parallel.translate_iterable(texts, 2, max_new_tokens=12)) == want
+    src, out = tmp_path / "src.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(texts) + "\n")
+    parallel.translate_file(src, out, 2, max_new_tokens=12)
+    assert out.read_text().splitlines() == want
+    from edgeformer.runtime.cli import main
+
+    args = ["translate", str(ed_package), "--inter-threads", "2", "--max-batch-size", "2"]
+    assert main([*args, "--max-new-tokens", "12", *TEXTS[:4]]) == 0
+    assert capsys.readouterr().out.splitlines() == want[:4]
+    with pytest.raises(ValueError, match="inter_threads=0"):
+        Translator(ed_package, inter_threads=0)
+
+
 def test_translate_iterable_is_lazy(translator):
     seen = []
 
