@@ -104,7 +104,14 @@ def hf_checkpoint(shape: Shape, work: Path) -> Path:
 
 
 def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...]) -> Path:
-    """`ckpt` exported with `edgeformer.export` (all `variants` in one package, cached)."""
+    """`ckpt` exported with `edgeformer.export` (all `variants` in one package, cached; a new
+    package format or variant recipe makes a new build)."""
+    from dataclasses import asdict
+
+    from edgeformer.runtime.package import FORMAT_VERSION, variant_spec  # torch-free: children
+
+    family = json.loads((ckpt / "config.json").read_text())["model"]["family"]
+    recipes = [asdict(variant_spec(v, family)) for v in variants]
 
     def build(out: Path) -> None:
         from edgeformer.export import export_package
@@ -113,7 +120,8 @@ def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...
             warnings.simplefilter("ignore")
             export_package(ckpt, out, variants=tuple(variants), force=True, verbose=False)
 
-    return _cached(path, {**key, "variants": list(variants)}, build)
+    key = {**key, "variants": list(variants), "format": FORMAT_VERSION, "recipes": recipes}
+    return _cached(path, key, build)
 
 
 def our_package(

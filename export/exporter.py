@@ -36,6 +36,7 @@ from ..runtime.package import (
     generation_settings,
     io_names,
     sha256,
+    variant_spec,
     write_graphs,
 )
 from .builder import OPSET, build_graphs
@@ -192,10 +193,10 @@ def export_package(
         with torch.no_grad():
             for variant in variants:
                 t = time.perf_counter()
-                graphs, _ = build_graphs(model, VARIANT_SPECS[variant])
+                spec = variant_spec(variant, cfg.family)
+                graphs, _ = build_graphs(model, spec)
                 files = write_graphs(tmp, variant, {name: g.proto() for name, g in graphs.items()})
                 weights = files.pop("weights")
-                spec = VARIANT_SPECS[variant]
                 entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
                 size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
                 _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
