@@ -9,7 +9,6 @@ once), so it measures exactly what the runtime ships.
 
 from __future__ import annotations
 
-import gzip
 import math
 import time
 from pathlib import Path
@@ -17,21 +16,19 @@ from pathlib import Path
 import numpy as np
 
 
-def data_dir() -> Path:
-    import edgeformer.train
-
-    return Path(edgeformer.train.__file__).parent / "data"
-
-
 def multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
-    with gzip.open(data_dir() / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
+    """The bundled Multi30k split's lines (train.data reads them, as training does)."""
+    from edgeformer.train.data import DATA_DIR, multi30k_file, read_lines
+
+    lines = read_lines(multi30k_file(DATA_DIR, split, lang))
     return lines[:limit] if limit else lines
 
 
 def shakespeare_val() -> str:
-    text = (data_dir() / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
-    return text[int(0.9 * len(text)) :]
+    """Tiny Shakespeare's val split, as training splits it (train.data.load_shakespeare)."""
+    from edgeformer.train.data import load_shakespeare
+
+    return load_shakespeare()[1]
 
 
 def direction(package: str | Path) -> tuple[str, str]:
