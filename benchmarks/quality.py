@@ -1,10 +1,10 @@
 """Quality of trained packages per variant, with speed: BLEU on Multi30k test_2016_flickr
 (translation) and perplexity on the Tiny Shakespeare val split (the last 10 % of input.txt).
 
-Both read the bundled data (edgeformer/train/data). BLEU is sacrebleu's corpus BLEU on
-detokenised output, cased and lowercased, greedy. Perplexity runs the package's `decoder` graph
-over non-overlapping windows of max_len tokens (every token after a window's first is predicted
-once), so it measures exactly what the runtime ships.
+Both read the bundled data (edgeformer/train/data) and score through edgeformer.export.quality,
+the functions export uses for its held-out measurements: sacreBLEU on detokenised greedy
+output, cased and lowercased; perplexity through the package's `decoder` graph over
+non-overlapping windows of max_len tokens, so it measures exactly what the runtime ships.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-
-import numpy as np
 
 
 def multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
@@ -54,10 +52,9 @@ def bleu(
 
     With `checkpoint` (the package's source), each variant also reports `same_as_torch`: how
     many greedy translations equal the PyTorch model's greedy translations."""
-    import sacrebleu
-
-    from edgeformer.runtime import Translator
+    from edgeformer.export.quality import translation_bleu  # imports torch: only when asked
     from edgeformer.runtime.package import load_package
+    from edgeformer.train.evaluate import bleu_scores
 
     pkg = load_package(package)
     variants = variants or pkg.variants
@@ -77,17 +74,14 @@ def bleu(
         model, _ = load_checkpoint(checkpoint)
         tok = load_tokenizer(Path(checkpoint) / "tokenizer.json")
         torch_hyps = translate_texts(model, tok, src, 1, batch_size, max_new_tokens)
-        result["torch_bleu"] = round(sacrebleu.corpus_bleu(torch_hyps, [refs]).score, 2)
+        result["torch_bleu"] = bleu_scores(torch_hyps, refs)["bleu"]
     for v in variants:
-        tr = Translator(package, variant=v, provider="cpu", threads=threads)
         t = time.perf_counter()
-        hyps = []
-        for i in range(0, len(src), batch_size):
-            hyps += tr.translate_batch(src[i : i + batch_size], max_new_tokens=max_new_tokens)
+        scores, hyps = translation_bleu(package, v, src, refs, threads, batch_size)
         secs = time.perf_counter() - t
         result["variants"][v] = {
-            "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
-            "bleu_lc": round(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score, 2),
+            "bleu": scores["bleu"],
+            "bleu_lc": scores["bleu_lc"],
             "seconds": round(secs, 2),
             "sentences_per_s": round(len(src) / secs, 1),
             "example": hyps[0] if hyps else "",
@@ -108,31 +102,17 @@ def perplexity(
     log=print,
 ) -> dict:
     """{"tokens", "variants": {v: {loss, ppl, seconds, tokens_per_s}}} on Shakespeare val."""
-    from tokenizers import Tokenizer
-
-    from edgeformer.runtime import Generator
+    from edgeformer.export.quality import text_windows, windows_perplexity
     from edgeformer.runtime.package import load_package
 
-    pkg = load_package(package)
-    variants = variants or pkg.variants
-    T = pkg.config.max_len
-    tok = Tokenizer.from_file(str(Path(package) / "tokenizer.json"))
-    lines = shakespeare_val().splitlines(keepends=True)  # as edgeformer.train's encode_stream
-    enc = tok.encode_batch(lines, add_special_tokens=False)
-    ids = np.asarray([i for e in enc for i in e.ids], np.int64)
-    windows = [ids[s : s + T + 1].tolist() for s in range(0, len(ids) - 1, T)]
-    windows = [w for w in windows if len(w) > 1][:limit] if limit else windows
+    variants = variants or load_package(package).variants
+    windows = text_windows(package, shakespeare_val(), limit)
     result: dict = {"package": str(package), "windows": len(windows), "variants": {}}
     for v in variants:
-        gen = Generator(package, variant=v, provider="cpu", threads=threads)
         t = time.perf_counter()
-        nll, count = 0.0, 0
-        for b in range(0, len(windows), batch_size):  # the runtime's step loop, teacher-forced
-            for logp in gen.score_ids(windows[b : b + batch_size]):
-                nll -= float(logp.sum())
-                count += len(logp)
+        scored = windows_perplexity(package, v, windows, threads, batch_size)
         secs = time.perf_counter() - t
-        loss = nll / max(count, 1)
+        loss, count = scored["loss"], scored["tokens"]
         result["tokens"] = count
         result["variants"][v] = {
             "loss": round(loss, 4),

@@ -138,11 +138,19 @@ def write_run_configs(folder: Path, checkpoint_dir: Path, config: PackageConfig)
         (folder / GENAI_CONFIG_FILE).write_text(json.dumps(genai_config(config), indent=2))
 
 
-def measure_variants(folder: Path, config: PackageConfig, verbose: bool) -> PackageConfig:
+def measure_variants(
+    folder: Path, config: PackageConfig, checkpoint_config: dict, verbose: bool
+) -> PackageConfig:
     """Each variant's agreement with PyTorch's golden run and its ms/token on this machine
-    (runtime.verify), recorded in the config: what variant="auto" chooses from."""
+    (runtime.verify), and its held-out BLEU / perplexity when the checkpoint's training data is
+    bundled (export.quality), recorded in the config: what variant="auto" chooses from."""
     from ..runtime.verify import verify
+    from .quality import held_out_quality
 
+    held = held_out_quality(folder, checkpoint_config, list(config.variants))
+    for variant, quality in held.items():
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in quality.items())
+        _log(verbose, f"{variant}: held-out {shown}")
     measured = {}
     for c in verify(folder):
         if c.error is None:
@@ -152,6 +160,7 @@ def measure_variants(folder: Path, config: PackageConfig, verbose: bool) -> Pack
                     "agreement": c.agreement,
                     "max_logit_diff": c.max_diff,
                     "ms_per_token": c.ms_per_token,
+                    **held.get(c.variant, {}),
                 },
             )
             _log(
@@ -222,7 +231,7 @@ def export_package(
         write_run_configs(tmp, checkpoint_dir, config)
         config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
-        config = measure_variants(tmp, config, verbose)
+        config = measure_variants(tmp, config, ckpt_config, verbose)
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
         (tmp / PID_FILE).unlink()
         check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed meanwhile

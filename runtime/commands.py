@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from .api import Generator, Translator, make_options, text_problem
 from .batching import BATCH_TYPES, READ_AHEAD, Batching, Throughput, translate_stream
 from .decoding import GenerationOptions
-from .package import MAX_QUALITY_LOSS, VARIANTS, pick_variant
+from .package import HELD_OUT_KEYS, MAX_QUALITY_LOSS, VARIANTS, pick_variant
 
 log = logging.getLogger("edgeformer")
 
@@ -102,9 +102,10 @@ def package_info(path: str) -> str:
         lines.append(f"  {name:<6} {size:8.2f} MB  {v.description}")
         if v.measured:
             m = v.measured
+            held = "".join(f", held-out {k} {m[k]:.2f}" for k in HELD_OUT_KEYS if k in m)
             lines.append(
                 f"         at export: agreement with PyTorch {m['agreement']:.3f}, max logit "
-                f"diff {m['max_logit_diff']:.2e}, {m['ms_per_token']:.3f} ms/token"
+                f"diff {m['max_logit_diff']:.2e}, {m['ms_per_token']:.3f} ms/token{held}"
             )
     _, why = pick_variant(c, MAX_QUALITY_LOSS)
     lines.append(f"  auto -> {why}")

@@ -357,8 +357,14 @@ class VariantEntry:
 
 
 MEASURED_KEYS = ("agreement", "max_logit_diff", "ms_per_token")
+# held-out quality, when the checkpoint's training data is bundled (export.quality): BLEU on
+# Multi30k validation pairs (translation) or perplexity on Tiny Shakespeare's (LM)
+HELD_OUT_KEYS = ("bleu", "perplexity")
 # variant="auto": the largest quality loss (1 - agreement with PyTorch's golden run) accepted
 MAX_QUALITY_LOSS = 0.05
+# ... and, where held-out quality was measured, the project's bounds against fp32's
+MAX_BLEU_LOSS = 0.5  # BLEU points
+MAX_PERPLEXITY_INCREASE = 0.03  # relative
 
 
 def _measured(where: str, key: str, value: object) -> dict[str, float]:
@@ -371,26 +377,53 @@ def _measured(where: str, key: str, value: object) -> dict[str, float]:
         if name == "agreement" and x > 1:
             raise PackageError(f"{where}: {key}.agreement must be in [0, 1], got {x!r}")
         out[name] = float(x)
+    for name in HELD_OUT_KEYS:  # optional
+        x = value.get(name)
+        if x is None:
+            continue
+        if not isinstance(x, int | float) or isinstance(x, bool) or not 0 <= x < math.inf:
+            raise PackageError(f"{where}: {key}.{name} must be a number >= 0, got {x!r}")
+        out[name] = float(x)
     return out
+
+
+def held_out_loss(measured: dict[str, dict[str, float]], variant: str) -> str | None:
+    """Why `variant`'s held-out quality is outside the project's bounds against fp32 (None: it
+    is within them, or nothing was measured)."""
+    m, ref = measured[variant], measured.get("fp32", {})
+    if "bleu" in m and "bleu" in ref and ref["bleu"] - m["bleu"] > MAX_BLEU_LOSS:
+        return f"BLEU {m['bleu'] - ref['bleu']:+.2f} (bound -{MAX_BLEU_LOSS})"
+    if "perplexity" in m and "perplexity" in ref:
+        rise = m["perplexity"] / ref["perplexity"] - 1
+        if rise > MAX_PERPLEXITY_INCREASE:
+            return f"perplexity {rise:+.1%} (bound +{MAX_PERPLEXITY_INCREASE:.0%})"
+    return None
 
 
 def pick_variant(config: PackageConfig, max_quality_loss: float) -> tuple[str, str]:
     """(variant, why) for variant="auto": the fastest variant export measured whose quality loss
-    (1 - agreement with PyTorch on golden.json) is at most max_quality_loss; fp32 when nothing
-    was measured (a package exported before measurements) or nothing else qualifies."""
+    (1 - agreement with PyTorch on golden.json) is at most max_quality_loss and whose held-out
+    BLEU / perplexity, where export measured them, is within MAX_BLEU_LOSS /
+    MAX_PERPLEXITY_INCREASE of fp32's; fp32 when nothing was measured (a package exported
+    before measurements) or nothing else qualifies."""
     if not 0 <= max_quality_loss <= 1:
         raise ValueError(f"max_quality_loss={max_quality_loss} must be in [0, 1]")
     measured = {k: v.measured for k, v in config.variants.items() if v.measured}
     if "fp32" not in measured:
         return "fp32", "no export measurements in this package: fp32"
-    ok = {k: m for k, m in measured.items() if 1 - m["agreement"] <= max_quality_loss + 1e-12}
+    held = {k: held_out_loss(measured, k) for k in measured}
+    ok = {
+        k: m
+        for k, m in measured.items()
+        if 1 - m["agreement"] <= max_quality_loss + 1e-12 and held[k] is None
+    }
     best = min(ok, key=lambda k: ok[k]["ms_per_token"])
     left = sorted(set(measured) - set(ok))
-    others = (
-        "; too lossy: " + ", ".join(f"{k} {1 - measured[k]['agreement']:.3f}" for k in left)
-        if left
-        else ""
-    )
+
+    def loss(k: str) -> str:  # why k was left out
+        return held[k] or f"{1 - measured[k]['agreement']:.3f}"
+
+    others = "; too lossy: " + ", ".join(f"{k} {loss(k)}" for k in left) if left else ""
     why = (
         f"{best}: fastest at export ({ok[best]['ms_per_token']:.3f} ms/token) within "
         f"max_quality_loss {max_quality_loss:g} (loss = 1 - agreement with PyTorch: "

@@ -109,3 +109,44 @@ def test_bad_measurements_in_config_are_refused(ed_package, tmp_path, bad):
     (pkg / "config.json").write_text(json.dumps(config))
     with pytest.raises(PackageError, match="variants.int4.measured"):
         load_package(pkg)
+
+
+def test_export_records_held_out_quality_and_auto_respects_its_bounds(
+    ed_checkpoint, lm_checkpoint, tmp_path
+):
+    """A checkpoint trained on bundled data gets held-out BLEU (Multi30k val) or perplexity
+    (Tiny Shakespeare val) per variant in `measured`; auto leaves out a variant past the
+    project's bounds against fp32 (0.5 BLEU, +3 % perplexity) whatever its agreement."""
+    import dataclasses
+
+    from edgeformer.export import export_package
+    from edgeformer.runtime.package import pick_variant
+
+    metas = {
+        "ed": (ed_checkpoint, {"task": {"kind": "translation", "src_lang": "en",
+                                        "tgt_lang": "de"}}, "bleu"),
+        "lm": (lm_checkpoint, {"task": {"kind": "lm"},
+                               "train": {"tokenizer": "char", "data_dir": None}}, "perplexity"),
+    }  # fmt: skip
+    for name, (ckpt, meta, key) in metas.items():
+        trained = tmp_path / f"{name}-ckpt"
+        shutil.copytree(ckpt, trained)
+        config = json.loads((trained / "config.json").read_text())
+        (trained / "config.json").write_text(json.dumps(config | meta))
+        pkg = export_package(trained, tmp_path / name, variants=("fp32", "int4"), verbose=False)
+        package = load_package(pkg).config
+        measured = {v: e.measured for v, e in package.variants.items()}
+        assert all(key in m and m[key] >= 0 for m in measured.values()), measured
+        # the same agreement and speed, but int4 made 1 BLEU / 10 % perplexity worse
+        worse = {"bleu": measured["fp32"].get("bleu", 0) - 1.0}
+        if key == "perplexity":
+            worse = {"perplexity": measured["fp32"]["perplexity"] * 1.1}
+        fast = dict(measured["int4"], agreement=1.0, ms_per_token=0.0, **worse)
+        variants = dict(package.variants)
+        variants["int4"] = dataclasses.replace(variants["int4"], measured=fast)
+        variant, why = pick_variant(dataclasses.replace(package, variants=variants), 1.0)
+        assert variant == "fp32" and "too lossy: int4" in why and key in why.lower(), why
+        fast.update({key: measured["fp32"][key]})  # within the bound: int4, the fastest
+        variant, _ = pick_variant(dataclasses.replace(package, variants=variants), 1.0)
+        assert variant == "int4"
+    # a converted or untrained checkpoint has no held-out data: agreement only (other tests)
