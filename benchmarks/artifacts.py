@@ -56,13 +56,14 @@ def hf_weights(job) -> bool:
     model of the shape (`hf_model_dir`) converted by `edgeformer.models.hf.convert_hf`, so that
     every stack of a row runs the same model and takes the same ("hf") token ids. It needs
     transformers to build that model; without it (or with --package) ours run our own model."""
-    return job.package is None and _installed("transformers")
+    return job.package is None and installed("transformers")
 
 
-def _installed(module: str) -> bool:
+def installed(module: str) -> bool:
+    """Whether `module` can be imported here (without importing it)."""
     try:
         return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
+    except (ImportError, ValueError):  # a parent package missing, or a None in sys.modules
         return False
 
 

@@ -17,7 +17,6 @@ our vocabulary) or a missing transformers makes ours run a model of their own.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -169,14 +168,7 @@ def for_job(stack: Stack, job: Job) -> Stack:
 
 def missing_modules(stack: Stack) -> list[str]:
     """The modules `stack` needs that cannot be imported here."""
-
-    def found(module: str) -> bool:
-        try:
-            return importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package missing, or a None in sys.modules
-            return False
-
-    return [m for m in stack.needs if not found(m)]
+    return [m for m in stack.needs if not artifacts.installed(m)]
 
 
 def skip_reason(stack: Stack, shape: Shape, job: Job) -> str | None:

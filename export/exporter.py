@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from ..models.checkpoint import GENERATION_CONFIG, SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
-from ..runtime.decoding import GenerationOptions
 from ..runtime.package import (
     CONFIG_FILE,
     GENAI_CONFIG_FILE,
@@ -124,16 +123,12 @@ def write_run_configs(folder: Path, checkpoint_dir: Path, config: PackageConfig)
     greedy defaults) and, for an LM, genai_config.json (onnxruntime-genai runs decoder.onnx)."""
     own = checkpoint_dir / GENERATION_CONFIG
     if own.is_file():
+        # the runtime's reading of it must work: checked now, not at a user's first load
+        generation_settings(json.loads(own.read_text()), config, str(own))
         shutil.copyfile(own, folder / GENERATION_CONFIG_FILE)
     else:
         text = json.dumps(default_generation_config(config), indent=2)
         (folder / GENERATION_CONFIG_FILE).write_text(text)
-    where = f"{own if own.is_file() else folder / GENERATION_CONFIG_FILE}"
-    data = json.loads((folder / GENERATION_CONFIG_FILE).read_text())
-    try:  # the runtime's reading of it must work: checked now, not at a user's first load
-        GenerationOptions(**generation_settings(data, config, where))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: {e}") from None
     if config.family == "decoder-only":
         (folder / GENAI_CONFIG_FILE).write_text(json.dumps(genai_config(config), indent=2))
 

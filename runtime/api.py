@@ -194,7 +194,7 @@ def text_problem(text: object) -> str | None:
 
 def make_options(opts: GenerationOptions | None = None, **options) -> GenerationOptions:
     """GenerationOptions from keyword options on top of `opts` (a package's defaults); unknown
-    names: ValueError. Asking for sampling without num_beams leaves a default beam search."""
+    names: ValueError. Asking for sampling without num_beams turns a default beam search off."""
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
         raise ValueError(f"unknown generation option(s) {unknown}; valid: {list(OPTION_NAMES)}")
@@ -276,11 +276,8 @@ class Model:
         self.config = pkg.config
         self.n_layers, self.max_len = self.config.n_layers, self.config.max_len
         # generation_config.json: the package's default decoding settings (fields it sets)
-        self.default_settings = pkg.generation_settings()
-        try:
-            self.defaults = GenerationOptions(**self.default_settings)
-        except (TypeError, ValueError) as e:
-            raise PackageError(f"model package {pkg.path}: generation_config.json: {e}") from None
+        self.default_settings = pkg.generation_settings()  # checked there
+        self.defaults = GenerationOptions(**self.default_settings)
         special = self.config.special_tokens
         self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
         self.tokenizer = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
@@ -317,6 +314,10 @@ class Model:
             if settings.providers is None
             else ",".join(self.graphs["decoder"].session.get_providers())
         )
+
+    def options(self, **options) -> GenerationOptions:
+        """Keyword options on top of the package's defaults (make_options)."""
+        return make_options(self.defaults, **options)
 
     def encode(self, text: str) -> list[int]:
         """Target-side ids (LM prompts, target prefixes, suppress_sequences, targets)."""
@@ -586,7 +587,7 @@ class Translator:
         """A TranslationResult per text: scored hypotheses with their ids and per-token
         log-probabilities. `target_prefix` (aligned with texts; None, a text or ids per item)
         is forced, scored and included in every hypothesis; `stop` strings cut the text."""
-        opts = make_options(self.model.defaults, **options)
+        opts = self.model.options(**options)
         texts = _texts(texts, "texts")
         prefixes = self._prefix_ids(target_prefix, len(texts))
         keep, sources = self._sources(texts, truncate, opts.max_input_length)
@@ -621,7 +622,7 @@ class Translator:
     ) -> list[str]:
         """One translation per text ([] for an empty list): the best hypothesis (the first
         sample / alternative when there are several)."""
-        opts = make_options(self.model.defaults, **options)
+        opts = self.model.options(**options)
         texts = _texts(texts, "texts")
         if opts.stop or opts.num_hypotheses > 1 and (opts.sampling or opts.return_alternatives):
             results = self.translate_results(texts, target_prefix, truncate, **options)
@@ -694,7 +695,7 @@ class Translator:
         """Translation pieces as they are produced (greedy or sampling; a target prefix comes
         first); their concatenation equals translate()'s output. Beam search, several hypotheses
         or stop strings know their output only at the end: it comes as one piece."""
-        opts = make_options(self.model.defaults, **options)
+        opts = self.model.options(**options)
         prefix = None if target_prefix is None else [target_prefix]
         if opts.num_beams > 1 or opts.num_hypotheses > 1 or opts.return_alternatives or opts.stop:
             whole = self.translate_batch([text], truncate, prefix, **options)[0]
@@ -744,7 +745,7 @@ class Translator:
         sorted by length, sub-batches of max_batch_size examples or padded source tokens."""
         batching, opts = (
             Batching(max_batch_size, batch_type, truncate),
-            make_options(self.model.defaults, **options),
+            self.model.options(**options),
         )
         return translate_stream(self, texts, batching, opts)
 
@@ -762,7 +763,7 @@ class Translator:
         returns sentences, tokens and their rates. progress=None: a progress line on a tty."""
         batching, opts = (
             Batching(max_batch_size, batch_type, truncate),
-            make_options(self.model.defaults, **options),
+            self.model.options(**options),
         )
         return translate_file(self, src_path, out_path, batching, opts, progress)
 
@@ -917,7 +918,7 @@ class Generator:
     ) -> list[GenerationResult]:
         """A GenerationResult per prompt: scored continuations with their ids and per-token
         log-probabilities; a `stop` string ends a continuation, whose text is cut before it."""
-        opts = make_options(self.model.defaults, **options)
+        opts = self.model.options(**options)
         ids = self._prompts(prompts, truncate, opts.max_input_length)
         if not ids:
             return []
@@ -937,7 +938,7 @@ class Generator:
     def generate_batch(self, prompts: list[str], truncate: bool = False, **options) -> list[str]:
         """One continuation per prompt ([] for an empty list): the best hypothesis (the first
         sample / alternative when there are several)."""
-        opts = make_options(self.model.defaults, **options)
+        opts = self.model.options(**options)
         if opts.stop or opts.num_hypotheses > 1 and (opts.sampling or opts.return_alternatives):
             return [r.text for r in self.generate_results(prompts, truncate, **options)]
         ids = self._prompts(prompts, truncate, opts.max_input_length)
@@ -971,7 +972,7 @@ class Generator:
     def stream(self, prompt: str, truncate: bool = False, **options) -> Iterator[str]:
         """Text pieces as they are produced; their concatenation equals generate()'s output.
         With `stop` strings, text that may begin one is held back until it cannot."""
-        opts = make_options(self.model.defaults, **options)
+        opts = self.model.options(**options)
         if opts.num_beams > 1 or opts.num_hypotheses > 1 or opts.return_alternatives:
             # beam search (or alternatives) knows its output only at the end
             yield self.generate(prompt, truncate=truncate, **options)

@@ -22,7 +22,7 @@ import math
 import sys
 from collections.abc import Iterator
 
-from .api import Generator, Translator, make_options, text_problem
+from .api import Generator, Translator, text_problem
 from .batching import BATCH_TYPES, READ_AHEAD, Batching, Throughput, translate_stream
 from .decoding import GenerationOptions
 from .package import HELD_OUT_KEYS, MAX_QUALITY_LOSS, VARIANTS, pick_variant
@@ -343,7 +343,7 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     if "max_new_tokens" not in opts and "max_new_tokens" not in model.model.default_settings:
         opts["max_new_tokens"] = DEFAULT_NEW_TOKENS[args.command]
-    effective = make_options(model.model.defaults, **opts)
+    effective = model.model.options(**opts)
     if args.variant == "auto":
         log.info(f"variant {model.variant_reason}")
     threads = f", {args.threads} threads" if args.threads else ""

@@ -688,7 +688,10 @@ def default_generation_config(config: PackageConfig) -> dict:
 
 def generation_settings(data: object, config: PackageConfig, where: str) -> dict:
     """generation_config.json -> {GenerationOptions field: value} for the fields it sets (see
-    GENERATION_FIELDS; eos_token_id lists add end tokens; other fields are ignored)."""
+    GENERATION_FIELDS; eos_token_id lists add end tokens; other fields are ignored), checked:
+    settings GenerationOptions refuses are a PackageError naming `where`."""
+    from .decoding import GenerationOptions
+
     data = _obj(where, "the top level", data)
     out: dict = {}
     for hf, ours in GENERATION_FIELDS.items():
@@ -703,6 +706,10 @@ def generation_settings(data: object, config: PackageConfig, where: str) -> dict
     eos = data.get("eos_token_id")
     if isinstance(eos, list):  # several end tokens: those besides the model's EOS
         out["end_token"] = [i for i in eos if i != config.special_tokens.eos_id]
+    try:
+        GenerationOptions(**out)
+    except (TypeError, ValueError) as e:
+        raise PackageError(f"{where}: {e}") from None
     return out
 
 
