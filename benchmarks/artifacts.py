@@ -122,7 +122,21 @@ def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...
             export_package(ckpt, out, variants=tuple(variants), force=True, verbose=False)
 
     key = {**key, "variants": list(variants), "format": FORMAT_VERSION, "recipes": recipes}
-    return _cached(path, key, build)
+    return _cached(path, {**key, "exporter": exporter_digest()}, build)
+
+
+def exporter_digest() -> str:
+    """A digest of the export code (the graphs it writes), found without importing it (the
+    package imports torch): an exporter change makes new packages, as a new recipe does."""
+    import hashlib
+
+    spec = importlib.util.find_spec("edgeformer.export")
+    assert spec is not None and spec.submodule_search_locations
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    digest = hashlib.sha256()
+    for f in sorted(folder.glob("*.py")):
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def our_package(

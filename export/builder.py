@@ -156,12 +156,35 @@ class Builder:
             f"{key}.scales", self.inits[f"{key}.scales"]
         )
 
+    def _int8_columns(self, g: Graph, name: str, w_nk: np.ndarray) -> tuple[str, str, str]:
+        """(int8 (K, N) weight, (N,) scales, (N,) zero points) of a (N, K) weight: symmetric,
+        one scale per output column (DynamicQuantizeMatMul's B)."""
+        key = f"{name}.qcol8"
+        if key not in self.inits:
+            scales = np.abs(w_nk).max(axis=1) / 127.0
+            scales = np.where(scales > 0, scales, 1.0).astype(np.float32)
+            q = np.clip(np.rint(w_nk / scales[:, None]), -127, 127).astype(np.int8)
+            self.inits[key] = np.ascontiguousarray(q.T)
+            self.inits[f"{key}.scales"] = scales
+            self.inits[f"{key}.zero"] = np.zeros(len(scales), np.int8)
+        names = (key, f"{key}.scales", f"{key}.zero")
+        q, scales, zero = (g.weight(k, self.inits[k]) for k in names)
+        return q, scales, zero
+
+    def _dynamic(self, g: Graph, x: str, name: str, w_nk: np.ndarray, bias: str | None) -> str:
+        q, scales, zero = self._int8_columns(g, name, w_nk)
+        ins = [x, q, scales, zero, *([bias] if bias else [])]
+        return g.op("DynamicQuantizeMatMul", ins, domain=MS)
+
     def linear(self, g: Graph, x: str, mod, name: str, add_bias: bool = True, bits=None):
         """y = x W^T (+ b). Returns (y, bias name or None); the bias is left to the consumer
         when add_bias is False (SkipLayerNorm, BiasGelu and MultiHeadAttention take one)."""
         w = _f32(mod.weight)  # (N, K), PyTorch layout
         bias = None if mod.bias is None else g.weight(f"{name}.bias", _f32(mod.bias))
         bits = self.spec.bits if bits is None else bits
+        if bits and self.spec.method == "dynamic":
+            y = self._dynamic(g, x, name, w, bias if (bias and add_bias) else None)
+            return (y, None) if add_bias else (y, bias)
         if bits:
             packed, scales = self._nbits(g, name, w, bits)
             ins = [x, packed, scales, "", "", bias if (bias and add_bias) else ""]
@@ -180,6 +203,8 @@ class Builder:
         bits = self.spec.embed_bits
         if not bits:
             return g.op("Gather", [g.weight("embed.table", self.table), ids])
+        if self.spec.method == "dynamic" and self.tied:  # the head's int8 (C, V) columns
+            return self._int8_rows(g, ids)
         packed, scales = self._nbits(g, "embed", self.table, bits)
         data = g.weight(
             f"embed.q{bits}.rows", self.inits[f"embed.q{bits}"].reshape(len(self.table), -1)
@@ -188,6 +213,17 @@ class Builder:
             "GatherBlockQuantized", [data, ids, scales], domain=MS, gather_axis=0,
             quantize_axis=1, block_size=self.spec.block_size, bits=bits,
         )  # fmt: skip
+
+    def _int8_rows(self, g: Graph, ids: str) -> str:
+        """Embedding rows read from the tied head's int8 (C, V) matrix and per-token scales
+        (one table for both): Gather along V, (C, B, T) -> (B, T, C), times the row's scale."""
+        from onnx import TensorProto as TP
+
+        q, scales, _ = self._int8_columns(g, "embed", self.table)
+        cols = g.op("Gather", [q, ids], axis=1)
+        rows = g.op("Cast", [g.op("Transpose", [cols], perm=[1, 2, 0])], to=TP.FLOAT)
+        scale = g.op("Unsqueeze", [g.op("Gather", [scales, ids]), g.const([-1])])
+        return g.op("Mul", [rows, scale])
 
     def head(self, g: Graph, h: str) -> str:
         """(B, C) -> logits (B, V). A tied head reuses the (scaled) embedding table; the
@@ -198,6 +234,8 @@ class Builder:
         bias = []
         if self.cfg.logits_bias:
             bias = [g.weight("logits.bias", _f32(self.model.logits_bias))]
+        if bits and self.spec.method == "dynamic":
+            return self._dynamic(g, h, name, w, bias[0] if bias else None)
         if bits:
             packed, scales = self._nbits(g, name, w, bits)
             return g.op(
@@ -239,10 +277,18 @@ class Builder:
         return g.op(op, [x, *params], axis=-1, epsilon=self.cfg.layer_norm_eps)
 
     def skip_norm(self, g: Graph, y: str, x: str, params: list[str], bias: str | None, n_out=1):
-        """norm(y + x + bias); with n_out=4 the outputs are (normed, _, _, the sum)."""
-        op = "SkipSimplifiedLayerNormalization" if self.rms else "SkipLayerNormalization"
-        ins = [y, x, *params, *([bias] if bias else [])]
-        return g.op(op, ins, n_out, MS, epsilon=self.cfg.layer_norm_eps)
+        """norm(y + x + bias); with n_out=4 the outputs are (normed, _, _, the sum).
+
+        Written as Add, Add(bias), LayerNormalization rather than com.microsoft's fused
+        SkipLayerNormalization: onnxruntime 1.32's CPU kernel for the fused op is 3-5x slower
+        from 8 rows up (64 x 256: 105 vs 30 us) and no faster at 1 row (README design notes);
+        the bias Add after the residual Add keeps onnxruntime's SkipLayerNormFusion from
+        rebuilding it."""
+        s = g.op("Add", [y, x])
+        if bias:
+            s = g.op("Add", [s, bias])
+        normed = self.norm(g, s, params)
+        return (normed, None, None, s) if n_out == 4 else normed
 
     def residual_stack(self, g: Graph, x: str, pos: str | None, sublayers, norms, last: bool):
         """Run sublayers f_k(h) -> (y, bias) with residuals and LayerNorms; returns the output.

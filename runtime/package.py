@@ -97,8 +97,9 @@ MIN_ONNXRUNTIME = "1.22.0"  # GroupQueryAttention with a shared buffer and packe
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """How a variant stores its weights. bits None = float32; else MatMulNBits (symmetric
-    blocks of `block_size` along the input dimension, `accuracy_level` 4 = int8 compute)."""
+    """How a variant stores its weights. bits None = float32; else quantized by `method`:
+    MatMulNBits (symmetric blocks of `block_size` along the input dimension, `accuracy_level`
+    4 = int8 compute) or DynamicQuantizeMatMul (8 bits)."""
 
     name: str
     description: str
@@ -108,6 +109,10 @@ class VariantSpec:
     block_size: int = 32
     accuracy_level: int = 4  # 0 was slower than fp32 on AVX2 CPUs (README design notes)
     io_dtype: str = "float32"
+    # "nbits": MatMulNBits (weights in blocks of block_size, activations too when
+    # accuracy_level is 4); "dynamic": DynamicQuantizeMatMul (8-bit only: int8 weights per
+    # output column, activations quantized per call to uint8 by onnxruntime)
+    method: str = "nbits"
 
 
 VARIANT_SPECS: dict[str, VariantSpec] = {
@@ -127,6 +132,15 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
             bits=4,
             embed_bits=4,
             head_bits=4,
+        ),
+        VariantSpec(
+            "int8-dynamic",
+            "DynamicQuantizeMatMul: int8 weights (a scale per output column) everywhere, "
+            "activations quantized per call (one scale per batch): fastest at batch >= 8",
+            bits=8,
+            embed_bits=8,
+            head_bits=8,
+            method="dynamic",
         ),
     )
 }

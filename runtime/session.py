@@ -21,6 +21,7 @@ CPU = "CPUExecutionProvider"
 # keeps its threads hot; the encoder's, called once per request, must not spin while the decoder
 # works (on 2 cores, two spinning pools made decoding up to 2.3x slower: README design notes).
 SPINNING = {"decoder": True, "encoder": False}
+NO_FUSION = "SkipLayerNormFusion"
 
 
 def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOptions:
@@ -36,6 +37,9 @@ def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOp
         so.intra_op_num_threads = threads
     spin = bool(spinning)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    # the graphs write residual Add + LayerNormalization unfused on purpose (export.builder
+    # Builder.skip_norm): onnxruntime's fusion would bring back the slower SkipLayerNormalization
+    so.add_session_config_entry("optimization.disable_specified_optimizers", NO_FUSION)
     so.log_severity_level = 3  # errors only (create_session follows the edgeformer log level)
     return so
 

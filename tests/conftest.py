@@ -74,7 +74,7 @@ def lm_checkpoint(tmp_path_factory, tokenizer_json):
     )
 
 
-VARIANTS = ("fp32", "int8", "int4")
+VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")
 
 
 def export(checkpoint, tmp_path_factory, name: str, variants=("fp32",)):

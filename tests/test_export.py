@@ -32,7 +32,10 @@ from edgeformer.runtime.package import (  # noqa: E402
     weights_file,
 )
 
-PER_LAYER_NODES = 14  # issue 10's target for a decoder layer of the step graph
+# issue 10's target was 14 nodes per decoder layer of the step graph, met with the fused
+# SkipLayerNormalization; each norm is now Add, Add(bias), LayerNormalization instead (that
+# kernel is 3-5x slower from 8 rows up: export.builder.Builder.skip_norm), 2 more nodes a norm
+PER_LAYER_NODES = 20
 
 
 @pytest.fixture(params=["ed", "lm"])
@@ -63,11 +66,10 @@ def test_decoder_graph_is_built_for_the_cache(family):
     count = ops(pkg / "decoder.onnx")
     assert count["GroupQueryAttention"] == L, count
     assert count["MultiHeadAttention"] == (L if ed else 0), count
-    for op in ("Softmax", "Concat", "Reshape", "Transpose", "LayerNormalization", "Attention"):
-        assert count[op] == (1 if op == "LayerNormalization" and cfg.norm == "pre" and
-                             cfg.positional == "rotary" else 0), (op, count)  # fmt: skip
+    for op in ("Softmax", "Concat", "Reshape", "Transpose", "Attention", "SkipLayerNormalization"):
+        assert count[op] == 0, (op, count)
     n_norms = (3 if ed else 2) * L + (cfg.norm == "pre")
-    assert count["SkipLayerNormalization"] == n_norms, count
+    assert count["LayerNormalization"] == n_norms, count
     per_graph = 13  # lengths from the mask (6), embedding, positions, last-position gather, head
     assert sum(count.values()) <= PER_LAYER_NODES * L + per_graph, count
     # every MatMul multiplies by a weight (attention products live inside the fused ops)
@@ -84,7 +86,8 @@ def test_encoder_graph(ed_package, ed_checkpoint):
     cfg = load_checkpoint(ed_checkpoint)[0].cfg
     count = ops(ed_package / "encoder.onnx")
     assert count["MultiHeadAttention"] == cfg.n_encoder_layers and count["Softmax"] == 0
-    assert count["SkipLayerNormalization"] == 2 * cfg.n_encoder_layers
+    assert count["LayerNormalization"] == 2 * cfg.n_encoder_layers
+    assert count["SkipLayerNormalization"] == 0
 
 
 # ---------------------------------------------------------------- package contract
@@ -158,7 +161,7 @@ def test_lean_package(tmp_path, tokenizer_json):
             files = [*entry.files.values(), entry.weights]
             sizes[family, variant] = sum((pkg / f).stat().st_size for f in files) / fp32_bytes
     for (family, variant), ratio in sizes.items():
-        bound = {"fp32": 1.15, "int8": 0.35, "int4": 0.25}[variant]
+        bound = {"fp32": 1.15, "int8": 0.35, "int4": 0.25, "int8-dynamic": 0.35}[variant]
         assert ratio <= bound, (family, variant, ratio)
 
 
@@ -211,25 +214,31 @@ def test_quantized_variants(family):
     _, pkg, model = family
     package = load_package(pkg)
     fp32 = ops(pkg / "decoder.onnx")
-    for variant, bound in {"int8": 0.3, "int4": 2.0}.items():
+    n_linear = fp32["MatMul"] + fp32["Gemm"]  # the output projection is quantized too
+    # int8-dynamic quantizes activations per tensor: on random weights its logits move more
+    for variant, bound in {"int8": 0.3, "int4": 2.0, "int8-dynamic": 2.0}.items():
         diffs = compare(model, package, variant, batch=2, steps=4)
         assert all(np.isfinite(diffs)) and max(diffs) < bound, (variant, diffs)
         count = ops(package.file("decoder", variant))
         assert count["GroupQueryAttention"] == fp32["GroupQueryAttention"]
-        n_linear = fp32["MatMul"] + fp32["Gemm"]  # the output projection is quantized too
-        assert count["MatMulNBits"] == n_linear and count["MatMul"] + count["Gemm"] == 0, count
-        assert count["GatherBlockQuantized"] == 1 and count["Gather"] == fp32["Gather"] - 1
+        matmul = "DynamicQuantizeMatMul" if variant == "int8-dynamic" else "MatMulNBits"
+        assert count[matmul] == n_linear and count["MatMul"] + count["Gemm"] == 0, count
+        if variant == "int8-dynamic":  # rows of the tied head's int8 columns, times a scale
+            assert count["GatherBlockQuantized"] == 0 and count["Gather"] == fp32["Gather"] + 1
+        else:
+            assert count["GatherBlockQuantized"] == 1 and count["Gather"] == fp32["Gather"] - 1
     # a tied head and the embedding read the same quantized bytes of the weights file
-    for variant in ("fp32", "int8", "int4"):
+    for variant in VARIANTS:
         g = graph(package.file("decoder", variant))
         where = {
             t.name: tuple(e.value for e in t.external_data if e.key in ("offset", "length"))
             for t in g.initializer
         }
         (embed,) = [n for n in g.node if n.op_type.startswith("Gather") and n.input[0] in where
-                    and "embed" in n.input[0]]  # fmt: skip
-        (head,) = [n for n in g.node if n.op_type in ("Gemm", "MatMulNBits") and n.output[0]
-                   in {o.name for o in g.output}]  # fmt: skip
+                    and n.input[0].startswith("embed.") and "scales" not in n.input[0]]  # fmt: skip
+        heads = ("Gemm", "MatMulNBits", "DynamicQuantizeMatMul")
+        (head,) = [n for n in g.node if n.op_type in heads
+                   and n.output[0] in {o.name for o in g.output}]  # fmt: skip
         assert where[embed.input[0]] == where[head.input[1]], variant
 
 

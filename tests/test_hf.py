@@ -173,8 +173,9 @@ def test_package_config_speaks_hugging_face(arch):
 
 
 def test_decoder_graph_uses_the_fused_ops(arch):
-    """RMSNorm -> SkipSimplifiedLayerNormalization, SwiGLU -> packed gate/up MatMul + Split,
-    gelu_new -> FastGelu; GQA with kv_num_heads; no Softmax, no cache Concat."""
+    """RMSNorm -> SimplifiedLayerNormalization after the residual Add (not the fused Skip* ops:
+    builder.skip_norm), SwiGLU -> packed gate/up MatMul + Split, gelu_new -> FastGelu; GQA
+    with kv_num_heads; no Softmax, no cache Concat."""
     import collections
 
     import onnx
@@ -188,11 +189,11 @@ def test_decoder_graph_uses_the_fused_ops(arch):
     G = getattr(hf.config, "num_key_value_heads", None) or hf.config.num_attention_heads
     assert attrs["kv_num_heads"] == G and attrs["num_heads"] == hf.config.num_attention_heads
     if name == "gpt2":
-        assert count["FastGelu"] == 2 and count["SkipLayerNormalization"] == 5, count
+        assert count["FastGelu"] == 2 and count["LayerNormalization"] == 5, count
     else:
-        assert count["SkipSimplifiedLayerNormalization"] == 4, count
-        assert count["SimplifiedLayerNormalization"] == 1 and count["Sigmoid"] == 2, count
-        assert count["LayerNormalization"] == count["SkipLayerNormalization"] == 0, count
+        assert count["SimplifiedLayerNormalization"] == 5 and count["Sigmoid"] == 2, count
+        assert count["LayerNormalization"] == 0, count
+    assert count["SkipLayerNormalization"] == count["SkipSimplifiedLayerNormalization"] == 0
 
 
 def test_package_cache_shapes_use_the_kv_heads(arch, tmp_path):
@@ -466,7 +467,7 @@ def test_marian_package_parity_and_graph(marian):
     assert max(compare(load_checkpoint(ckpt)[0], load_package(pkg), "fp32", 3, 7, 6)) <= 1e-4
     g = onnx.load(str(pkg / "decoder.onnx"), load_external_data=False).graph
     count = collections.Counter(n.op_type for n in g.node)
-    assert count["QuickGelu"] == 2 and count["SkipLayerNormalization"] == 6, count
+    assert count["QuickGelu"] == 2 and count["LayerNormalization"] == 6, count
     gemm = next(n for n in g.node if n.op_type == "Gemm")
     assert len(gemm.input) == 3  # final_logits_bias: the head's bias
 

@@ -41,8 +41,10 @@ def test_format_section_names_every_key_and_io_name(ed_package, lm_package):
         for key in cfg["model"]:  # Hugging Face names, or ours where HF has none
             assert f"`{key}`" in fmt, key
         for file in cfg["files"]:  # a variant's files by their pattern
-            generic = re.sub(r"^weights\.(int8|int4)\.", "weights.{variant}.", file)
-            generic = re.sub(r"^(\w+)\.(int8|int4)\.onnx", "{graph}.{variant}.onnx", generic)
+            generic = re.sub(r"^weights\.(int8|int4|int8-dynamic)\.", "weights.{variant}.", file)
+            generic = re.sub(
+                r"^(\w+)\.(int8|int4|int8-dynamic)\.onnx", "{graph}.{variant}.onnx", generic
+            )
             assert generic in fmt, file
         for graph, io in cfg["graphs"].items():
             assert f"`{graph}`" in fmt
