@@ -418,12 +418,20 @@ def steps(
     logits = first_logits
     single_end = int(ends[0]) if len(ends) == 1 else None
     for t in range(int(limit.max())):
-        _check_finite(logits)
-        if not forcing.on:
+        if not forcing.on and not opts.sampling:  # greedy: one check, on the chosen logits
+            adjusted = penalties.apply(logits, t)
+            forced = np.zeros(len(active), dtype=bool)
+            tokens = adjusted.argmax(axis=-1)
+            if not np.isfinite(adjusted[np.arange(len(tokens)), tokens]).all():
+                _check_finite(logits)  # NaN (argmax picks a NaN first), else all banned
+                _choose(adjusted, opts, rng)  # raises: every token is banned
+        elif not forcing.on:
+            _check_finite(logits)
             adjusted = penalties.apply(logits, t)
             forced = np.zeros(len(active), dtype=bool)
             tokens = _choose(adjusted, opts, rng).astype(np.int64)
         else:
+            _check_finite(logits)
             prefix_len = forcing.lengths[active]
             adjusted = penalties.apply(logits, t - prefix_len)
             forced = t < prefix_len

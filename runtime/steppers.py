@@ -73,6 +73,11 @@ class CachedDecoder:
         self.source = np.arange(batch)  # original batch row of each row
         self.static = dict(self.static_full)
         self.io = graph.session.io_binding()
+        # a step's (N, 1) token ids and positions: written in place into buffers bound once
+        # (after each _bind_state), so a step binds only its attention mask
+        self.step_ids = np.zeros((batch, 1), dtype=np.int64)
+        self.step_positions = np.zeros((batch, 1), dtype=np.int64)
+        self.step_bound = False
         self._bind_state()
 
     # -- binding -------------------------------------------------------------------------------
@@ -91,6 +96,7 @@ class CachedDecoder:
         if self.graph.has_logits_3d:  # the same values (B, 1, V): bound to the same memory, so
             # onnxruntime's Unsqueeze copies nothing (source == target)
             io.bind_ortvalue_output(LOGITS_3D, _ortvalue(self.logits[:, None, :]))
+        self.step_bound = False
 
     def run(self, ids: np.ndarray, positions: np.ndarray, new_lengths: np.ndarray) -> np.ndarray:
         """ids, positions (N, T) int64; new_lengths (N,) tokens per row after this call.
@@ -98,14 +104,23 @@ class CachedDecoder:
         Returns the (N, V) logits of each row's last new token; the array is reused by the
         next call (decoding consumes it before stepping again).
         """
-        if new_lengths.max() > self.shape[1]:
+        longest = int(new_lengths.max())
+        if longest > self.shape[1]:
             raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
-        mask = (np.arange(new_lengths.max())[None, :] < new_lengths[:, None]).astype(np.int64)
         io = self.io
         io.bind_cpu_input("input_ids", ids)
         io.bind_cpu_input("position_ids", positions)
-        io.bind_cpu_input("attention_mask", mask)
-        self.graph.session.run_with_iobinding(io)
+        self.step_bound = False
+        return self._run(new_lengths, longest)
+
+    def _run(self, new_lengths: np.ndarray, longest: int) -> np.ndarray:
+        """Bind the mask of `new_lengths` (rows right-padded to `longest`) and run."""
+        if new_lengths.min() == longest:  # every row as long: a mask of ones (batch 1 always)
+            mask = np.ones((len(new_lengths), longest), dtype=np.int64)
+        else:
+            mask = (np.arange(longest)[None, :] < new_lengths[:, None]).astype(np.int64)
+        self.io.bind_cpu_input("attention_mask", mask)
+        self.graph.session.run_with_iobinding(self.io)
         self.lengths = new_lengths
         return self.logits
 
@@ -115,8 +130,17 @@ class CachedDecoder:
         return self.run(ids, positions, self.lengths + mask.sum(axis=1))
 
     def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
-        ids = np.ascontiguousarray(tokens, dtype=np.int64)[:, None]
-        return self.run(ids, self.lengths[:, None].copy(), self.lengths + 1)
+        n, lengths = self.n, self.lengths
+        longest = int(lengths.max()) + 1
+        if longest > self.shape[1]:
+            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
+        self.step_ids[:n, 0] = tokens
+        self.step_positions[:n, 0] = lengths
+        if not self.step_bound:
+            self.io.bind_ortvalue_input("input_ids", _ortvalue(self.step_ids[:n]))
+            self.io.bind_ortvalue_input("position_ids", _ortvalue(self.step_positions[:n]))
+            self.step_bound = True
+        return self._run(lengths + 1, longest)
 
     # -- row selection -------------------------------------------------------------------------
     def select(self, rows: np.ndarray) -> None:
@@ -130,6 +154,8 @@ class CachedDecoder:
             for k, buf in self.buffers.items():
                 grown[k][:n, :, :filled] = buf[rows, :, :filled]
             self.buffers, self.rows = grown, n
+            self.step_ids = np.zeros((n, 1), dtype=np.int64)
+            self.step_positions = np.zeros((n, 1), dtype=np.int64)
         else:
             for buf in self.buffers.values():
                 buf[:n, :, :filled] = buf[rows, :, :filled]  # fancy index copies first: safe
