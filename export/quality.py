@@ -2,10 +2,11 @@
 through the runtime's own decoding and scoring, so it measures exactly what ships.
 
 Export records them per variant (`measured`, read by variant="auto") when the checkpoint was
-trained on data that is bundled: a Multi30k translator gets BLEU on the first
-HELD_OUT_SENTENCES validation pairs of its direction, a Tiny Shakespeare LM perplexity on the
-first HELD_OUT_WINDOWS windows of the validation split. The bench's quality rows use the same
-functions on the test set and whole validation split.
+trained on data that is bundled: a Multi30k translator gets BLEU on the validation pairs of
+its direction (all 1,014: on 200, a variant 1.4 BLEU worse on the test set measured 0.3 worse),
+a Tiny Shakespeare LM perplexity on the first HELD_OUT_WINDOWS windows of the validation
+split. The bench's quality rows use the same functions on the test set and whole validation
+split.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-HELD_OUT_SENTENCES = 200
-HELD_OUT_WINDOWS = 32
+HELD_OUT_WINDOWS = 256
 
 
 def translation_bleu(
@@ -86,7 +86,6 @@ def held_out_quality(package: Path, checkpoint_config: dict, variants: list[str]
         return {}
     if task.get("kind") == "translation" and task.get("src_lang") and task.get("tgt_lang"):
         src, refs = load_multi30k("val", task["src_lang"], task["tgt_lang"])
-        src, refs = src[:HELD_OUT_SENTENCES], refs[:HELD_OUT_SENTENCES]
         return {v: {"bleu": translation_bleu(package, v, src, refs)[0]["bleu"]} for v in variants}
     if task.get("kind") == "lm" and train.get("tokenizer") == "char":
         windows = text_windows(package, load_shakespeare()[1], HELD_OUT_WINDOWS)
