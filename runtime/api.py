@@ -408,7 +408,20 @@ class _WarnOnce:
         )
 
 
-class Translator:
+class _Loaded:
+    """What Translator and Generator share: the loaded package and the text API's state."""
+
+    def __init__(self, m: Model, async_workers: int):
+        self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
+        self.model = m
+        # variant: the one running ("auto" resolved); variant_reason: why it was chosen
+        self.variant, self.variant_reason = m.variant, m.variant_reason
+        self.provider, self.max_len = m.provider, m.max_len
+        self._warn = _WarnOnce()
+        self.banned_ids = (m.pad_id, m.bos_id)  # never chosen by the text API
+
+
+class Translator(_Loaded):
     """Encoder-decoder package -> translations. Options: see decoding.GenerationOptions."""
 
     def __init__(
@@ -424,7 +437,6 @@ class Translator:
         max_quality_loss: float = MAX_QUALITY_LOSS,
         inter_threads: int = 1,
     ):
-        self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
         # translate_file / translate_iterable: sub-batches translated at once, each on its own
         # thread (CTranslate2's inter_threads); then each gets cores // inter_threads threads
         self.batch_pool = WorkerPool(inter_threads, "inter_threads")
@@ -432,12 +444,7 @@ class Translator:
             threads = max(1, (os.cpu_count() or 1) // inter_threads)
         settings = SessionSettings(threads, spinning, session_options, providers)
         m = Model(package_path, "encoder-decoder", variant, provider, settings, max_quality_loss)
-        self.model = m
-        # variant: the one running ("auto" resolved); variant_reason: why it was chosen
-        self.variant, self.variant_reason = m.variant, m.variant_reason
-        self.provider, self.max_len = m.provider, m.max_len
-        self._warn = _WarnOnce()
-        self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
+        super().__init__(m, async_workers)
 
     def _stepper(
         self, sources: list[list[int]], opts: GenerationOptions, longest_prefix: int = 0
@@ -768,7 +775,7 @@ class Translator:
         return translate_file(self, src_path, out_path, batching, opts, progress)
 
 
-class Generator:
+class Generator(_Loaded):
     """Decoder-only package -> continuations. Options: see decoding.GenerationOptions."""
 
     def __init__(
@@ -783,15 +790,9 @@ class Generator:
         async_workers: int = 1,
         max_quality_loss: float = MAX_QUALITY_LOSS,
     ):
-        self.pool = WorkerPool(async_workers)  # the *_async methods' threads (runtime.aio)
         settings = SessionSettings(threads, spinning, session_options, providers)
         m = Model(package_path, "decoder-only", variant, provider, settings, max_quality_loss)
-        self.model = m
-        # variant: the one running ("auto" resolved); variant_reason: why it was chosen
-        self.variant, self.variant_reason = m.variant, m.variant_reason
-        self.provider, self.max_len = m.provider, m.max_len
-        self._warn = _WarnOnce()
-        self.banned_ids = (self.model.pad_id, self.model.bos_id)  # never chosen by the text API
+        super().__init__(m, async_workers)
 
     def _stepper(self, prompts: list[list[int]], opts: GenerationOptions):
         """(stepper, opts with max_new_tokens cut to the context: prompt + new <= max_len + 1)."""
