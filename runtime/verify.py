@@ -119,16 +119,17 @@ def verify(
 
 
 def table(checks: list[VariantCheck]) -> str:
-    lines = [f"{'variant':<8} {'agreement':>9} {'max diff':>9} {'ms/token':>9}  verdict"]
+    w = max([8, *(len(c.variant) for c in checks)])
+    lines = [f"{'variant':<{w}} {'agreement':>9} {'max diff':>9} {'ms/token':>9}  verdict"]
     for c in checks:
         if c.error:
-            lines.append(f"{c.variant:<8} {'—':>9} {'—':>9} {'—':>9}  FAILED: {c.error[:200]}")
+            lines.append(f"{c.variant:<{w}} {'—':>9} {'—':>9} {'—':>9}  FAILED: {c.error[:200]}")
             continue
         verdict = "ok" if c.passed else f"FAILED (fp32 must agree, diff <= {FP32_TOLERANCE:g})"
         if c.variant != "fp32" and c.passed:
             verdict = "ok (reported; quality bounds are measured at export)"
         lines.append(
-            f"{c.variant:<8} {c.agreement:>9.3f} {c.max_diff:>9.2e} {c.ms_per_token:>9.3f}  "
+            f"{c.variant:<{w}} {c.agreement:>9.3f} {c.max_diff:>9.2e} {c.ms_per_token:>9.3f}  "
             f"{verdict}"
         )
     return "\n".join(lines)
