@@ -96,10 +96,11 @@ def package_info(path: str) -> str:
         f"{', '.join(ort.get_available_providers())} (edgeformer decodes on the CPU provider)",
         "variants",
     ]
+    w = max([6, *map(len, c.variants)])
     for name, v in c.variants.items():
         files = [*v.files.values(), v.weights]
         size = sum((pkg.path / f).stat().st_size for f in files) / 1e6
-        lines.append(f"  {name:<6} {size:8.2f} MB  {v.description}")
+        lines.append(f"  {name:<{w}} {size:8.2f} MB  {v.description}")
         if v.measured:
             m = v.measured
             held = "".join(f", held-out {k} {m[k]:.2f}" for k in HELD_OUT_KEYS if k in m)
