@@ -32,6 +32,17 @@ def test_bpe_special_ids_and_round_trip(tmp_path):
         assert tok.decode(ids) == text  # detokenised, not "▁"-joined pieces
 
 
+def test_bpe_lowercase_lowercases_everything_it_encodes(tmp_path):
+    """TrainConfig.lowercase: the tokenizer.json itself lowercases (so do the package and the
+    runtime that load it); its vocabulary has no uppercase piece."""
+    tok = train_bpe(TEXTS, 300, tmp_path / "tokenizer.json", lowercase=True)
+    tok = load_tokenizer(tmp_path / "tokenizer.json")
+    assert not any(c.isupper() for piece in tok.get_vocab() for c in piece if piece not in SPECIALS)
+    for text, ids in zip(TEXTS, encode(tok, TEXTS)):
+        assert tok.decode(ids) == text.lower()
+    assert encode(tok, ["A MAN"]) == encode(tok, ["a man"])
+
+
 def test_bpe_unknown_characters_become_unk(tmp_path):
     tok = train_bpe(TEXTS, 300, tmp_path / "tokenizer.json")
     assert 3 in encode(tok, ["Ω"])[0]

@@ -272,6 +272,7 @@ def test_evaluate_translation(data_dir, tmp_path):
         (dict(d_model=30, n_heads=4), "divisible"),
         (dict(tokenizer="char"), "translation needs"),
         (dict(batch_tokens=10), "batch_tokens"),
+        (dict(task="lm", tokenizer="char", lowercase=True), "lowercase needs"),
     ],
 )
 def test_bad_config_gives_clear_error(kw, match):

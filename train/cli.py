@@ -14,6 +14,7 @@ from edgeformer.models import ModelConfig
 from .config import DERIVED, PRESETS, TrainConfig, preset
 
 SHORT_HELP = {
+    "lowercase": "BPE: lowercase all text (data, package inputs and outputs)",
     "epochs": "translation epochs",
     "max_iters": "LM training iterations",
     "batch_tokens": "padded tokens per translation batch",

@@ -31,6 +31,9 @@ class TrainConfig:
     data_dir: str | None = None  # None: the bundled data (edgeformer/train/data)
     max_sentences: int | None = None  # translation: use only the first N training pairs
     tokenizer: str = "bpe"  # "bpe" | "char" (char: LM only)
+    # bpe: the tokenizer lowercases its input (training data, then the package's inputs and
+    # outputs): the research protocol of Multi30k papers; compare lowercased BLEU only
+    lowercase: bool = False
     # the model: vocab_size is the BPE size asked for (the built model gets the tokenizer's),
     # max_len the longest source / target (an LM uses block_size); family follows `task`
     model: ModelConfig = field(default_factory=default_model)
@@ -80,6 +83,8 @@ class TrainConfig:
                 bad(f"{name}={getattr(self, name)!r}, expected one of {allowed}")
         if self.task == "translation" and self.tokenizer != "bpe":
             bad("translation needs tokenizer='bpe'")
+        if self.lowercase and self.tokenizer != "bpe":
+            bad("lowercase needs tokenizer='bpe' (a char tokenizer keeps every character)")
         positive = ["epochs", "batch_tokens", "max_iters", "eval_interval"]
         positive += ["eval_iters", "block_size", "batch_size", "warmup", "average_last"]
         for name in positive:

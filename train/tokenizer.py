@@ -1,8 +1,10 @@
 """Tokenizers trained with the `tokenizers` library and saved as tokenizer.json.
 
 Special tokens have fixed ids: [PAD]=0, [BOS]=1, [EOS]=2, [UNK]=3 (ModelConfig pad/bos/eos_id).
-BPE: NFKC + Metaspace, so decode() gives detokenised text back. Char: one token per character,
-no normaliser or pre-tokenizer and a Fuse decoder, so decode(encode(text)) == text exactly.
+BPE: NFKC (+ Lowercase when asked) + Metaspace, so decode() gives detokenised text back; a
+lowercasing tokenizer lowercases wherever it is used (training data, the package, the runtime).
+Char: one token per character, no normaliser or pre-tokenizer and a Fuse decoder, so
+decode(encode(text)) == text exactly.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, path: str | os.PathLike) -> Tokenizer:
+def train_bpe(
+    texts: Iterable[str], vocab_size: int, path: str | os.PathLike, lowercase: bool = False
+) -> Tokenizer:
     """Joint BPE over all `texts` (both languages for translation), saved to `path`."""
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.normalizer = normalizers.NFKC()
+    nfkc = normalizers.NFKC()
+    tok.normalizer = normalizers.Sequence([nfkc, normalizers.Lowercase()]) if lowercase else nfkc
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(

@@ -353,7 +353,7 @@ def prepare_tokenizer(run: Run, texts: list[str]):
         if cfg.tokenizer == "char":
             train_char("".join(texts), path)
         else:
-            train_bpe(texts, cfg.model.vocab_size, path)
+            train_bpe(texts, cfg.model.vocab_size, path, cfg.lowercase)
     run.barrier()
     return load_tokenizer(path), path
 
