@@ -292,3 +292,20 @@ def test_cli_errors_and_presets(capsys, tmp_path):
     assert "data folder not found" in capsys.readouterr().err
     assert main(["train", "--evaluate", str(tmp_path / "nockpt")]) == 2
     assert "checkpoint folder not found" in capsys.readouterr().err
+
+
+def test_lowercase_run_lowercases_data_and_outputs(data_dir, tmp_path, capsys):
+    """--lowercase: the run's tokenizer lowercases, its vocabulary and translations have no
+    uppercase letter, and the log's BLEU is the lowercased one."""
+    from edgeformer.train.evaluate import translate_texts
+    from edgeformer.train.tokenizer import load_tokenizer
+
+    out = tmp_path / "lc"
+    train(small(data_dir, out, epochs=1, lowercase=True, bleu_sentences=4, quiet=False))
+    assert "bleu (lc)" in capsys.readouterr().out
+    tok = load_tokenizer(out / "tokenizer.json")
+    assert not any(c.isupper() for piece in tok.get_vocab() for c in piece if "[" not in piece)
+    model = load_checkpoint(out / "best")[0]
+    hyps = translate_texts(model, tok, ["A MAN IS RIDING A BIKE.", "Two dogs."])
+    assert all(h == h.lower() for h in hyps)
+    assert tok.encode("A MAN").ids == tok.encode("a man").ids

@@ -419,7 +419,7 @@ def epoch_line(run: Run, r: dict, total: int, unit: str = "epoch") -> str:
     parts = [f"{unit} {r[unit]}/{total}", f"train {r['train_loss']:.3f}"]
     parts += [f"val {r['val_loss']:.3f}", f"ppl {r['ppl']:.1f}"]
     if r.get("bleu") is not None:
-        parts.append(f"bleu {r['bleu']:.1f}")
+        parts.append(f"bleu{' (lc)' if run.cfg.lowercase else ''} {r['bleu']:.1f}")
     parts += [f"lr {r['lr']:.2e}", f"{r['tokens_per_s']:,.0f} tok/s"]
     parts.append(
         time.strftime("%M:%S" if r["elapsed"] < 3600 else "%H:%M:%S", time.gmtime(r["elapsed"]))
@@ -558,7 +558,8 @@ def train_translation(run: Run) -> nn.Module:
             val_loss = translation_val_loss(run, model, val_pairs)
             bleu = None
             if bleu_n:
-                bleu = corpus_bleu(translate_texts(model, tok, bleu_src), bleu_ref)
+                hyps = translate_texts(model, tok, bleu_src)
+                bleu = corpus_bleu(hyps, bleu_ref, lowercase=cfg.lowercase)
             record = {
                 "epoch": epoch + 1,
                 "step": step,
@@ -584,6 +585,8 @@ def train_translation(run: Run) -> nn.Module:
 
 
 def corpus_bleu(hyps: list[str], refs: list[str], **kw) -> float:
+    """sacreBLEU 13a; the training log's and best/averaged choice's BLEU (lowercased for a
+    --lowercase run, whose outputs are lowercase)."""
     import sacrebleu
 
     return float(sacrebleu.corpus_bleu(hyps, [refs], **kw).score)
@@ -597,7 +600,7 @@ def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, ble
         m = save_averaged(run, model, tok_path, meta) if name == "averaged" else None
         m = m if m is not None else load_checkpoint(run.out / "best", run.device)[0]
         hyps = translate_texts(m, tok, bleu_src) if bleu_src else []
-        bleu = corpus_bleu(hyps, bleu_ref) if bleu_src else None
+        bleu = corpus_bleu(hyps, bleu_ref, lowercase=cfg.lowercase) if bleu_src else None
         scores[name] = {"val_loss": translation_val_loss(run, m, val_pairs), "bleu": bleu}
         scores[name]["hyps"] = hyps
     key = "bleu" if bleu_src else "val_loss"
