@@ -363,11 +363,27 @@ def filter_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: flo
     return logits
 
 
-def _choose(logits: np.ndarray, opts: GenerationOptions, rng: np.random.Generator) -> np.ndarray:
-    if not np.isfinite(logits.max(axis=-1)).all():  # every token banned (tiny vocabularies)
-        raise ValueError("no token can be chosen: every token is banned at this step")
+ALL_BANNED = "no token can be chosen: every token is banned at this step"
+
+
+def _choose(
+    logits: np.ndarray, opts: GenerationOptions, rng: np.random.Generator,
+    raw: np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
+    """The next token of each row from its adjusted logits. `raw`: the model's logits when not
+    yet checked for NaN; greedy checks them only when a chosen logit is not finite (argmax
+    picks a NaN first), so a normal step costs one gather instead of a pass over the logits."""
     if not opts.sampling:
-        return logits.argmax(axis=-1)
+        tokens = logits.argmax(axis=-1)
+        if np.isfinite(logits[np.arange(len(tokens)), tokens]).all():
+            return tokens
+        if raw is not None:
+            _check_finite(raw)
+        raise ValueError(ALL_BANNED)  # a chosen -inf: every token of its row is banned
+    if raw is not None:
+        _check_finite(raw)
+    if not np.isfinite(logits.max(axis=-1)).all():  # every token banned (tiny vocabularies)
+        raise ValueError(ALL_BANNED)
     logits = filter_logits(logits, opts.temperature, opts.top_k, opts.top_p)
     if not np.isfinite(logits.max(axis=-1)).all():  # nothing left to sample from
         raise ValueError(
@@ -418,18 +434,10 @@ def steps(
     logits = first_logits
     single_end = int(ends[0]) if len(ends) == 1 else None
     for t in range(int(limit.max())):
-        if not forcing.on and not opts.sampling:  # greedy: one check, on the chosen logits
+        if not forcing.on:
             adjusted = penalties.apply(logits, t)
             forced = np.zeros(len(active), dtype=bool)
-            tokens = adjusted.argmax(axis=-1)
-            if not np.isfinite(adjusted[np.arange(len(tokens)), tokens]).all():
-                _check_finite(logits)  # NaN (argmax picks a NaN first), else all banned
-                _choose(adjusted, opts, rng)  # raises: every token is banned
-        elif not forcing.on:
-            _check_finite(logits)
-            adjusted = penalties.apply(logits, t)
-            forced = np.zeros(len(active), dtype=bool)
-            tokens = _choose(adjusted, opts, rng).astype(np.int64)
+            tokens = _choose(adjusted, opts, rng, raw=logits).astype(np.int64, copy=False)
         else:
             _check_finite(logits)
             prefix_len = forcing.lengths[active]

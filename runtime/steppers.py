@@ -104,17 +104,16 @@ class CachedDecoder:
         Returns the (N, V) logits of each row's last new token; the array is reused by the
         next call (decoding consumes it before stepping again).
         """
-        longest = int(new_lengths.max())
-        if longest > self.shape[1]:
-            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
         io = self.io
         io.bind_cpu_input("input_ids", ids)
         io.bind_cpu_input("position_ids", positions)
         self.step_bound = False
-        return self._run(new_lengths, longest)
+        return self._run(new_lengths, int(new_lengths.max()))
 
     def _run(self, new_lengths: np.ndarray, longest: int) -> np.ndarray:
         """Bind the mask of `new_lengths` (rows right-padded to `longest`) and run."""
+        if longest > self.shape[1]:
+            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
         if new_lengths.min() == longest:  # every row as long: a mask of ones (batch 1 always)
             mask = np.ones((len(new_lengths), longest), dtype=np.int64)
         else:
@@ -131,16 +130,13 @@ class CachedDecoder:
 
     def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
         n, lengths = self.n, self.lengths
-        longest = int(lengths.max()) + 1
-        if longest > self.shape[1]:
-            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
         self.step_ids[:n, 0] = tokens
         self.step_positions[:n, 0] = lengths
         if not self.step_bound:
             self.io.bind_ortvalue_input("input_ids", _ortvalue(self.step_ids[:n]))
             self.io.bind_ortvalue_input("position_ids", _ortvalue(self.step_positions[:n]))
             self.step_bound = True
-        return self._run(lengths + 1, longest)
+        return self._run(lengths + 1, int(lengths.max()) + 1)
 
     # -- row selection -------------------------------------------------------------------------
     def select(self, rows: np.ndarray) -> None:
