@@ -30,7 +30,11 @@ class ModelConfig:
     # (all sines, then all cosines: Marian)
     sinusoid_layout: str = "interleaved"
     max_len: int = 256  # longest sequence (source, target or context) the model accepts
-    dropout: float = 0.1
+    dropout: float = 0.1  # embeddings and each residual branch (training only)
+    # attention probabilities and the FFN's hidden activations; None = `dropout` (fairseq's
+    # attention_dropout / activation_dropout, which default to 0 there)
+    attention_dropout: float | None = None
+    activation_dropout: float | None = None
     tie_embeddings: bool = True  # output projection shares the token embedding matrix
     layer_norm_eps: float = 1e-5  # epsilon of every norm (LayerNorm or RMSNorm)
     n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None = n_heads
@@ -76,8 +80,10 @@ class ModelConfig:
             bad(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
         if self.positional == "rotary" and self.head_dim % 2:
             bad(f"rotary positional encoding needs an even head dim, got {self.head_dim}")
-        if not 0.0 <= self.dropout < 1.0:
-            bad(f"dropout={self.dropout} must be in [0, 1)")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            p = getattr(self, name)
+            if p is not None and not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):
+                bad(f"{name}={p!r} must be in [0, 1)")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         for name, value in ids.items():
             if not 0 <= value < self.vocab_size:
@@ -94,6 +100,14 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def attention_p(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    @property
+    def activation_p(self) -> float:
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
 
     @property
     def kv_heads(self) -> int:

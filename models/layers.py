@@ -111,7 +111,7 @@ class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads = cfg.n_heads, cfg.kv_heads
-        self.dropout = cfg.dropout
+        self.dropout = cfg.attention_p
         kv_dim = cfg.kv_heads * cfg.head_dim
         self.split = (cfg.d_model, kv_dim, kv_dim)
         self.qkv = nn.Linear(cfg.d_model, sum(self.split), bias=cfg.bias)  # fused q, k, v
@@ -145,7 +145,7 @@ class CrossAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads = cfg.n_heads
-        self.dropout = cfg.dropout
+        self.dropout = cfg.attention_p
         self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=cfg.bias)  # fused k, v projection
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
@@ -180,7 +180,7 @@ class FeedForward(nn.Module):
         swiglu = cfg.activation == "swiglu"
         self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if swiglu else None
         self.act = ACTIVATION_MODULES[cfg.activation]()
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.activation_p)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)

@@ -40,6 +40,8 @@ def model(family: str = "encoder-decoder", seed: int = 0, **kw):
         (dict(positional="alibi"), "positional"),
         (dict(family="encoder-only"), "family"),
         (dict(dropout=1.5), "dropout"),
+        (dict(attention_dropout=-0.1), "attention_dropout"),
+        (dict(activation_dropout=1.0), "activation_dropout"),
         (dict(vocab_size=0), "vocab_size"),
         (dict(pad_id=2), "must differ"),  # eos_id 2 (pad_id == bos_id is allowed: Marian)
         (dict(eos_id=99), "outside the vocabulary"),
@@ -49,6 +51,32 @@ def model(family: str = "encoder-decoder", seed: int = 0, **kw):
 def test_bad_config_is_a_clear_error(kw, match):
     with pytest.raises(ValueError, match=match):
         tiny(**kw)
+
+
+def test_dropout_sites():
+    """dropout: embeddings and residual branches; attention / activation dropout default to it
+    (None) or are set apart (fairseq's attention_dropout / activation_dropout); dropout runs in
+    training only."""
+
+    def rates(m) -> dict:
+        layer = m.decoder[0]
+        return dict(
+            embed=m.drop.p,
+            residual=layer.res_attn.drop.p,
+            self_attn=layer.attn.dropout,
+            cross_attn=layer.cross.dropout,
+            ffn_hidden=layer.ffn.drop.p,
+        )
+
+    same = rates(build_model(tiny(dropout=0.3)))
+    assert set(same.values()) == {0.3}
+    apart = rates(build_model(tiny(dropout=0.3, attention_dropout=0.1, activation_dropout=0.0)))
+    assert apart == dict(embed=0.3, residual=0.3, self_attn=0.1, cross_attn=0.1, ffn_hidden=0.0)
+    m = model(dropout=0.0, attention_dropout=0.5, activation_dropout=0.5)
+    src, tgt = torch.randint(3, 40, (2, 6)), torch.randint(3, 40, (2, 5))
+    assert torch.equal(m(src, tgt), m(src, tgt))  # eval: no dropout anywhere
+    m.train()
+    assert not torch.equal(m(src, tgt), m(src, tgt))  # the two sites are live in training
 
 
 def test_config_round_trip_and_unknown_keys():
