@@ -122,6 +122,42 @@ class Graph:
         return model
 
 
+SCALE_GRID = np.linspace(0.70, 1.0, 16, dtype=np.float32)  # of the absmax scale, both signs
+
+
+def _int4_mse_blocks(w_nk: np.ndarray, bs: int) -> tuple[np.ndarray, np.ndarray]:
+    """MatMulNBits' symmetric 4-bit (packed (N, K/bs, bs/2), scales (N, K/bs)) of a (N, K)
+    weight (K a multiple of bs) with each block's scale chosen to minimise its squared
+    error: the absmax scale (the block's largest-magnitude value -> -8, onnxruntime's
+    `quantize_matmul_4bits`) shrunk by SCALE_GRID, or that value -> +7 likewise; stored as
+    onnxruntime stores them (q + 8, two per byte, the first in the low nibble)."""
+    N, K = w_nk.shape
+    blocks = w_nk.reshape(N, K // bs, bs)
+    idx = np.abs(blocks).argmax(-1)[..., None]
+    peak = np.take_along_axis(blocks, idx, -1)  # (N, KB, 1): signed largest magnitude
+    cands = np.concatenate([peak / -8.0 * SCALE_GRID, peak / 7.0 * SCALE_GRID], -1)
+    cands = np.where(cands == 0, 1.0, cands).astype(np.float32)  # (N, KB, F)
+    best = np.full(peak.shape[:2], np.inf, np.float32)
+    scales = np.ones(peak.shape[:2], np.float32)
+    for f in range(cands.shape[-1]):
+        s = cands[..., f : f + 1]
+        err = ((np.clip(np.rint(blocks / s), -8, 7) * s - blocks) ** 2).sum(-1)
+        better = err < best
+        best, scales = np.where(better, err, best), np.where(better, s[..., 0], scales)
+    scales = np.where(peak[..., 0] == 0, 0.0, scales).astype(np.float32)
+    return _int4_pack(w_nk, scales, bs), scales
+
+
+def _int4_pack(w_nk: np.ndarray, scales: np.ndarray, bs: int) -> np.ndarray:
+    """(N, K) weight and (N, K/bs) scales -> MatMulNBits' 4-bit (N, K/bs, bs/2) bytes: q + 8
+    (q = round(w / scale) in [-8, 7], 0 for a zero scale), two per byte, the first low."""
+    N, K = w_nk.shape
+    blocks = w_nk.reshape(N, K // bs, bs)
+    safe = np.where(scales == 0, 1.0, scales)[..., None]
+    q = (np.clip(np.rint(blocks / safe), -8, 7) + 8).astype(np.uint8)
+    return q[..., 0::2] | (q[..., 1::2] << 4)
+
+
 class Builder:
     """Emits one model's graphs for one variant; `linear` and `embedding` follow the variant."""
 
@@ -149,8 +185,11 @@ class Builder:
             packed = np.zeros((N, k_blocks, bs * bits // 8), dtype=np.uint8)
             scales = np.zeros((N, k_blocks), dtype=np.float32)
             zero_points = np.zeros((N, k_blocks), dtype=np.uint8)  # unused when symmetric
-            fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
-            fn(packed, w_kn, scales, zero_points, bs, N, K, True)
+            if bits == 4 and self.spec.scale_search:
+                packed, scales = _int4_mse_blocks(w_kn.T, bs)
+            else:
+                fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
+                fn(packed, w_kn, scales, zero_points, bs, N, K, True)
             self.inits[key], self.inits[f"{key}.scales"] = packed, scales
         return g.weight(key, self.inits[key]), g.weight(
             f"{key}.scales", self.inits[f"{key}.scales"]

@@ -113,6 +113,9 @@ class VariantSpec:
     # accuracy_level is 4); "dynamic": DynamicQuantizeMatMul (8-bit only: int8 weights per
     # output column, activations quantized per call to uint8 by onnxruntime)
     method: str = "nbits"
+    # 4 bits: each block's scale minimises its squared error (a search below the absmax
+    # scale, export/builder.py) instead of onnxruntime's absmax; same format and kernels
+    scale_search: bool = False
 
 
 VARIANT_SPECS: dict[str, VariantSpec] = {
@@ -128,10 +131,12 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
         ),
         VariantSpec(
             "int4",
-            "MatMulNBits 4-bit weights everywhere, block 32, int8 compute",
+            "MatMulNBits 4-bit weights everywhere, block 32 (scales fitted to each block), "
+            "int8 compute",
             bits=4,
             embed_bits=4,
             head_bits=4,
+            scale_search=True,
         ),
         VariantSpec(
             "int8-dynamic",
@@ -158,8 +163,8 @@ def variant_spec(name: str, family: str) -> VariantSpec:
             spec,
             embed_bits=8,
             head_bits=8,
-            description="MatMulNBits 4-bit weights, block 32, int8 compute; 8-bit embedding "
-            "and output projection",
+            description="MatMulNBits 4-bit weights, block 32 (scales fitted to each block), "
+            "int8 compute; 8-bit embedding and output projection",
         )
     return spec
 

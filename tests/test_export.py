@@ -242,6 +242,33 @@ def test_quantized_variants(family):
         assert where[embed.input[0]] == where[head.input[1]], variant
 
 
+def test_int4_fitted_scales():
+    """The fitted 4-bit blocks are onnxruntime's format (our packing of its quantizer's scales
+    gives its bytes), and each block's squared error is never above its absmax scale's."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    from edgeformer.export.builder import _int4_mse_blocks, _int4_pack
+
+    rng = np.random.default_rng(0)
+    N, K, bs = 24, 64, 32
+    w = rng.standard_normal((N, K)).astype(np.float32) * rng.uniform(0.1, 3, (N, 1))
+    w[0, :bs] = 0.0  # an all-zero block
+    packed = np.zeros((N, K // bs, bs // 2), np.uint8)
+    scales = np.zeros((N, K // bs), np.float32)
+    zero = np.zeros((N, K // bs), np.uint8)
+    quantize_matmul_4bits(packed, np.ascontiguousarray(w.T), scales, zero, bs, N, K, True)
+    assert np.array_equal(_int4_pack(w, scales, bs), packed)
+
+    def err(p, s):  # per block
+        q = np.stack([p & 15, p >> 4], -1).reshape(N, K // bs, bs).astype(np.float32) - 8
+        return ((q * s[..., None] - w.reshape(N, K // bs, bs)) ** 2).sum(-1)
+
+    fitted_p, fitted_s = _int4_mse_blocks(w, bs)
+    absmax, fitted = err(packed, scales), err(fitted_p, fitted_s)
+    assert np.all(fitted <= absmax * (1 + 1e-6)) and fitted.sum() < 0.9 * absmax.sum()
+    assert fitted_s[0, 0] == 0 and fitted[0, 0] == 0
+
+
 # ---------------------------------------------------------------- robustness
 
 
