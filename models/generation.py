@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgeformer.runtime.decoding import GenerationOptions, generate
+from edgeformer.runtime.decoding import DecodeInputs, GenerationOptions, generate
 
 from .layers import KV
 from .transformer import DecoderOnly, EncoderDecoder
@@ -99,7 +99,9 @@ def translate_ids(
     src, mask = pad_batch(sources, model.cfg.pad_id)
     stepper = EncoderDecoderStepper(model, src.to(device), mask.to(device))
     cfg = model.cfg
-    return generate(stepper.first_logits(), stepper, opts, cfg.eos_id, banned=never(cfg))
+    return generate(
+        stepper.first_logits(), stepper, opts, DecodeInputs(cfg.eos_id, banned=never(cfg))
+    )
 
 
 @torch.no_grad()
@@ -112,4 +114,5 @@ def complete_ids(
     ids, mask = pad_batch(prompts, model.cfg.pad_id, left=True)
     stepper = DecoderOnlyStepper(model, ids.to(device), mask.to(device))
     cfg = model.cfg
-    return generate(stepper.first_logits(), stepper, opts, cfg.eos_id, prompts, never(cfg))
+    inputs = DecodeInputs(cfg.eos_id, prompts, never(cfg))
+    return generate(stepper.first_logits(), stepper, opts, inputs)

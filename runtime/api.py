@@ -40,6 +40,7 @@ from tokenizers.decoders import DecodeStream
 from .aio import WorkerPool
 from .batching import Batching, Throughput, translate_file, translate_stream
 from .decoding import (
+    DecodeInputs,
     GenerationOptions,
     Hypothesis,
     StopTest,
@@ -496,7 +497,8 @@ class Translator(_Loaded):
         opts = self._fit(self.model.resolve(opts or self.model.defaults), longest)
         stepper, first = self._stepper(sources, opts, longest)
         banned = self.banned_ids if banned is None else banned
-        return generate(first, stepper, opts, self.model.eos_id, None, banned, target_prefix)
+        inputs = DecodeInputs(self.model.eos_id, banned=banned, prefixes=target_prefix)
+        return generate(first, stepper, opts, inputs)
 
     def translate_ids_nbest(
         self,
@@ -512,8 +514,8 @@ class Translator(_Loaded):
         opts = self._fit(self.model.resolve(opts or self.model.defaults), longest)
         stepper, first = self._stepper(sources, opts, longest)
         banned = self.banned_ids if banned is None else banned
-        eos = self.model.eos_id
-        return decode(first, stepper, opts, eos, None, banned, target_prefix, stop)
+        inputs = DecodeInputs(self.model.eos_id, None, banned, target_prefix, stop=stop)
+        return decode(first, stepper, opts, inputs)
 
     def source_ids(self, text: str, truncate: bool = False, max_input_length: int = 0) -> list[int]:
         """A text's source ids (+ EOS); [] for empty or whitespace-only text. ValueError (without
@@ -717,8 +719,8 @@ class Translator(_Loaded):
         opts = self._fit(self.model.resolve(opts), longest)
         stepper, first = self._stepper(sources, opts, longest)
         out = TextStream(self.model.tokenizer)
-        eos = self.model.eos_id
-        for _, tokens in iter_tokens(first, stepper, opts, eos, None, self.banned_ids, prefixes):
+        inputs = DecodeInputs(self.model.eos_id, banned=self.banned_ids, prefixes=prefixes)
+        for _, tokens in iter_tokens(first, stepper, opts, inputs):
             piece = out.push(int(tokens[0]))
             if piece:
                 yield piece
@@ -825,7 +827,7 @@ class Generator(_Loaded):
         opts = self.model.resolve(opts or self.model.defaults)
         stepper, first, opts = self._stepper(prompts, opts)
         banned = self.banned_ids if banned is None else banned
-        return generate(first, stepper, opts, self.model.eos_id, prompts, banned)
+        return generate(first, stepper, opts, DecodeInputs(self.model.eos_id, prompts, banned))
 
     def generate_ids_nbest(
         self,
@@ -840,7 +842,8 @@ class Generator(_Loaded):
         opts = self.model.resolve(opts or self.model.defaults)
         stepper, first, opts = self._stepper(prompts, opts)
         banned = self.banned_ids if banned is None else banned
-        return decode(first, stepper, opts, self.model.eos_id, prompts, banned, None, stop)
+        inputs = DecodeInputs(self.model.eos_id, prompts, banned, stop=stop)
+        return decode(first, stepper, opts, inputs)
 
     def score_ids(self, sequences: list[list[int]]) -> list[np.ndarray]:
         """log p(token t | tokens < t) for tokens 1 .. n - 1 of each sequence (teacher forcing,
@@ -1000,8 +1003,8 @@ class Generator(_Loaded):
             out, pending = pending[: len(pending) - hold], pending[len(pending) - hold :]
             return out, False
 
-        eos = self.model.eos_id
-        for _, tokens in iter_tokens(first, stepper, opts, eos, ids, self.banned_ids, None, stop):
+        inputs = DecodeInputs(self.model.eos_id, ids, self.banned_ids, stop=stop)
+        for _, tokens in iter_tokens(first, stepper, opts, inputs):
             piece, stopped = emit(text.push(int(tokens[0])), False)
             if piece:
                 yield piece

@@ -345,6 +345,32 @@ def _ranked(logits: np.ndarray, rank: int) -> int:
 StopTest = Callable[[int, list[int]], bool]  # (batch row, its tokens so far) -> stop it here
 
 
+@dataclass(frozen=True)
+class DecodeInputs:
+    """What decoding a batch needs besides its first logits, the stepper and the options; the
+    sequences hold one entry per batch row."""
+
+    eos_id: int
+    context: list[list[int]] | None = None  # tokens before the new ones (repetition penalties)
+    banned: Sequence[int] = ()  # ids never chosen (the runtime bans padding and BOS)
+    prefixes: Sequence[Sequence[int]] | None = None  # forced first tokens of each row
+    ranks: Sequence[int] | None = None  # the token after the prefix is the rank-th best
+    stop: StopTest | None = None  # a row stops once stop(row, its tokens) says so
+
+    def repeat(self, batch: int, n: int, ranked: bool) -> DecodeInputs:
+        """Each of the `batch` rows n times in a row (`stop` still sees the original row);
+        with `ranked`, copy i takes the i-th best token after its prefix (alternatives)."""
+        rows = np.repeat(np.arange(batch), n).tolist()
+        stop = self.stop
+        return dataclasses.replace(
+            self,
+            context=None if self.context is None else [self.context[r] for r in rows],
+            prefixes=None if self.prefixes is None else [self.prefixes[r] for r in rows],
+            ranks=list(range(n)) * batch if ranked else None,
+            stop=None if stop is None else (lambda r, seq: stop(r // n, seq)),
+        )
+
+
 def filter_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
     """Temperature, then top-k, then nucleus (top-p) filtering; removed entries become -inf."""
     logits = logits.astype(np.float64) / temperature  # float64: a small temperature cannot overflow
@@ -408,12 +434,7 @@ def steps(
     first_logits: np.ndarray,
     stepper: Stepper,
     opts: GenerationOptions,
-    eos_id: int,
-    context: list[list[int]] | None = None,
-    banned: Sequence[int] = (),
-    prefixes: Sequence[Sequence[int]] | None = None,
-    ranks: Sequence[int] | None = None,
-    stop: StopTest | None = None,
+    inputs: DecodeInputs,
     scores: bool = False,
 ) -> Iterator[Step]:
     """Greedy or sampling, one step at a time, for every row still running.
@@ -425,9 +446,10 @@ def steps(
     """
     rng = np.random.default_rng(opts.seed)
     n, vocab = first_logits.shape
-    ends = end_ids(opts, eos_id)
-    penalties = _Penalties(opts, ends, vocab, context, n, banned)
-    forcing = _Forcing(prefixes, ranks, n)
+    ends = end_ids(opts, inputs.eos_id)
+    penalties = _Penalties(opts, ends, vocab, inputs.context, n, inputs.banned)
+    forcing = _Forcing(inputs.prefixes, inputs.ranks, n)
+    stop = inputs.stop
     limit = forcing.lengths + opts.max_new_tokens
     seqs: list[list[int]] = [[] for _ in range(n)]
     active = np.arange(n)
@@ -486,21 +508,14 @@ def steps(
 
 
 def iter_tokens(
-    first_logits: np.ndarray,
-    stepper: Stepper,
-    opts: GenerationOptions,
-    eos_id: int,
-    context: list[list[int]] | None = None,
-    banned: Sequence[int] = (),
-    prefixes: Sequence[Sequence[int]] | None = None,
-    stop: StopTest | None = None,
+    first_logits: np.ndarray, stepper: Stepper, opts: GenerationOptions, inputs: DecodeInputs
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Greedy or sampling, one step at a time: yields (rows, tokens) for the rows still running.
 
     `rows` are indices into the original batch. A row stops at an end token (not yielded), at
     max_new_tokens past its prefix (whose tokens are yielded too) or when `stop` says so.
     """
-    for step in steps(first_logits, stepper, opts, eos_id, context, banned, prefixes, None, stop):
+    for step in steps(first_logits, stepper, opts, inputs):
         keep = ~step.ended
         if keep.any():
             yield step.rows[keep], step.tokens[keep]
@@ -510,21 +525,14 @@ def greedy_or_sample(
     first_logits: np.ndarray,
     stepper: Stepper,
     opts: GenerationOptions,
-    eos_id: int,
-    context: list[list[int]] | None = None,
-    banned: Sequence[int] = (),
-    prefixes: Sequence[Sequence[int]] | None = None,
-    ranks: Sequence[int] | None = None,
-    stop: StopTest | None = None,
+    inputs: DecodeInputs,
     scores: bool = False,
 ) -> list[Hypothesis]:
     """One hypothesis per row (score 0 and no log_probs unless `scores`)."""
     n = len(first_logits)
     out: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
-    loop = steps(first_logits, stepper, opts, eos_id, context, banned, prefixes, ranks, stop,
-                 scores)  # fmt: skip
-    for step in loop:
+    for step in steps(first_logits, stepper, opts, inputs, scores):
         ended = step.ended.tolist()
         for r, tok, end in zip(step.rows.tolist(), step.tokens.tolist(), ended):
             if not end:
@@ -539,15 +547,7 @@ def greedy_or_sample(
 
 
 def beam_search(
-    first_logits: np.ndarray,
-    stepper: Stepper,
-    opts: GenerationOptions,
-    eos_id: int,
-    context: list[list[int]] | None = None,
-    banned: Sequence[int] = (),
-    prefixes: Sequence[Sequence[int]] | None = None,
-    ranks: Sequence[int] | None = None,
-    stop: StopTest | None = None,
+    first_logits: np.ndarray, stepper: Stepper, opts: GenerationOptions, inputs: DecodeInputs
 ) -> list[list[Hypothesis]]:
     """Beam search; returns the n-best hypotheses per batch row, best first.
 
@@ -558,9 +558,10 @@ def beam_search(
     B, vocab = first_logits.shape
     K = opts.num_beams
     lp = opts.length_penalty
+    eos_id, context, stop = inputs.eos_id, inputs.context, inputs.stop
     ends = end_ids(opts, eos_id)
     ends_set = set(ends.tolist())
-    forcing = _Forcing(prefixes, ranks, B)
+    forcing = _Forcing(inputs.prefixes, inputs.ranks, B)
     limit = forcing.lengths + opts.max_new_tokens
     prefix_rows = np.repeat(forcing.lengths, K)
 
@@ -569,7 +570,7 @@ def beam_search(
 
     _check_finite(first_logits)
     rep_context = [c for c in (context or [[]] * B) for _ in range(K)]
-    penalties = _Penalties(opts, ends, vocab, rep_context, B * K, banned)
+    penalties = _Penalties(opts, ends, vocab, rep_context, B * K, inputs.banned)
     rows = np.repeat(np.arange(B), K)
     stepper.select(rows)
     logits = np.repeat(first_logits, K, axis=0)
@@ -689,11 +690,7 @@ def decode(
     first_logits: np.ndarray,
     stepper: Stepper,
     opts: GenerationOptions,
-    eos_id: int,
-    context: list[list[int]] | None = None,
-    banned: Sequence[int] = (),
-    prefixes: Sequence[Sequence[int]] | None = None,
-    stop: StopTest | None = None,
+    inputs: DecodeInputs,
     scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """The hypotheses of every row, by the strategy `opts` selects.
@@ -702,32 +699,20 @@ def decode(
     - greedy: one; sampling: num_hypotheses independent samples (one seeded generator);
     - return_alternatives: num_hypotheses continuations, the i-th starting with the i-th best
       token after the prefix (the prompt for an LM), each continued by the chosen strategy.
-    `prefixes[b]` (ids) are forced; the hypotheses' tokens include them.
+    `inputs.prefixes[b]` (ids) are forced; the hypotheses' tokens include them.
     """
     B = len(first_logits)
     A = opts.num_hypotheses if opts.sampling or opts.return_alternatives else 1
-    ranks = None
     if A > 1 or opts.return_alternatives:
-        rows = np.repeat(np.arange(B), A)
-        stepper.select(rows)
+        stepper.select(np.repeat(np.arange(B), A))
         first_logits = np.repeat(first_logits, A, axis=0)
-        context = None if context is None else [context[r] for r in rows.tolist()]
-        if prefixes is not None:
-            prefixes = [prefixes[r] for r in rows.tolist()]
-        if stop is not None:
-            row_stop = stop
-            stop = lambda r, seq: row_stop(r // A, seq)  # noqa: E731
-        if opts.return_alternatives:
-            ranks = list(range(A)) * B
+        inputs = inputs.repeat(B, A, ranked=opts.return_alternatives)
     if opts.num_beams > 1:
         if A > 1 or opts.return_alternatives:
             opts = dataclasses.replace(opts, num_hypotheses=1)
-        hyps = beam_search(first_logits, stepper, opts, eos_id, context, banned, prefixes, ranks,
-                           stop)  # fmt: skip
+        hyps = beam_search(first_logits, stepper, opts, inputs)
     else:
-        found = greedy_or_sample(first_logits, stepper, opts, eos_id, context, banned, prefixes,
-                                 ranks, stop, scores)  # fmt: skip
-        hyps = [[h] for h in found]
+        hyps = [[h] for h in greedy_or_sample(first_logits, stepper, opts, inputs, scores)]
     if A == 1:
         return hyps
     return [[h for hs in hyps[b * A : (b + 1) * A] for h in hs] for b in range(B)]
@@ -754,16 +739,8 @@ def score(first_logits: np.ndarray, stepper: Stepper, targets: list[list[int]]) 
 
 
 def generate(
-    first_logits: np.ndarray,
-    stepper: Stepper,
-    opts: GenerationOptions,
-    eos_id: int,
-    context: list[list[int]] | None = None,
-    banned: Sequence[int] = (),
-    prefixes: Sequence[Sequence[int]] | None = None,
-    stop: StopTest | None = None,
+    first_logits: np.ndarray, stepper: Stepper, opts: GenerationOptions, inputs: DecodeInputs
 ) -> list[list[int]]:
     """The best (or first) token sequence per row, by the strategy `opts` selects."""
-    hyps = decode(first_logits, stepper, opts, eos_id, context, banned, prefixes, stop,
-                  scores=False)  # fmt: skip
+    hyps = decode(first_logits, stepper, opts, inputs, scores=False)
     return [h[0].tokens if h else [] for h in hyps]

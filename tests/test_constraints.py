@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edgeformer.runtime import GenerationOptions, Generator, Translator
-from edgeformer.runtime.decoding import beam_search, decode, generate, log_softmax
+from edgeformer.runtime.decoding import DecodeInputs, beam_search, decode, generate, log_softmax
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -96,7 +96,9 @@ def test_markov_constraints_equal_brute_force(seed):
     for kw in cases:
         opts = GenerationOptions(max_new_tokens=12, **kw)
         for prefix in ([], [3, 3, 4]):
-            (hyp,) = decode(m.first(), Markov(seed), opts, EOS, None, BANNED, [prefix])[0]
+            (hyp,) = decode(
+                m.first(), Markov(seed), opts, DecodeInputs(EOS, None, BANNED, [prefix])
+            )[0]
             ref, lps = brute_greedy(
                 markov_logits(m), prefix, 12, ends=(EOS, *opts.end_token),
                 ngram=opts.no_repeat_ngram_size, suppress=opts.suppress_sequences,
@@ -123,7 +125,7 @@ def test_markov_beam_with_prefix_is_exact():
     prefix, L = [4, 6], 3
     opts = GenerationOptions(max_new_tokens=L, num_beams=64, num_hypotheses=3, ignore_eos=True,
                              no_repeat_ngram_size=2)  # fmt: skip
-    hyps = beam_search(m.first(), Markov(5), opts, EOS, None, BANNED, [prefix])[0]
+    hyps = beam_search(m.first(), Markov(5), opts, DecodeInputs(EOS, None, BANNED, [prefix]))[0]
 
     def score(seq):
         lp, prev = 0.0, 0
@@ -151,7 +153,7 @@ def test_markov_alternatives_branch_at_the_top_k_after_the_prefix():
     for kw in (dict(), dict(num_beams=3), dict(sampling=True, seed=0)):
         opts = GenerationOptions(max_new_tokens=6, return_alternatives=True, num_hypotheses=4,
                                  **kw)  # fmt: skip
-        hyps = decode(m.first(2), Markov(2, 2), opts, EOS, None, BANNED, [prefix, []])
+        hyps = decode(m.first(2), Markov(2, 2), opts, DecodeInputs(EOS, None, BANNED, [prefix, []]))
         assert [len(h) for h in hyps] == [4, 4]
         assert [h.tokens[1] if len(h.tokens) > 1 else EOS for h in hyps[0]] == top, kw
         assert len({tuple(h.tokens) for h in hyps[0]}) == 4
@@ -166,11 +168,13 @@ def test_markov_samples_are_seeded_and_distinct():
     m = Markov(3)
     opts = GenerationOptions(max_new_tokens=10, sampling=True, num_hypotheses=5, seed=11,
                              temperature=2.0, ignore_eos=True)  # fmt: skip
-    a = decode(m.first(2), Markov(3, 2), opts, EOS, None, BANNED)
-    b = decode(m.first(2), Markov(3, 2), opts, EOS, None, BANNED)
+    a = decode(m.first(2), Markov(3, 2), opts, DecodeInputs(EOS, None, BANNED))
+    b = decode(m.first(2), Markov(3, 2), opts, DecodeInputs(EOS, None, BANNED))
     assert [[h.tokens for h in r] for r in a] == [[h.tokens for h in r] for r in b]
     assert all(len({tuple(h.tokens) for h in r}) > 1 for r in a)
-    assert generate(m.first(2), Markov(3, 2), opts, EOS, None, BANNED) == [r[0].tokens for r in a]
+    assert generate(m.first(2), Markov(3, 2), opts, DecodeInputs(EOS, None, BANNED)) == [
+        r[0].tokens for r in a
+    ]
 
 
 # ---------------------------------------------------------------- the runtime against PyTorch
@@ -255,7 +259,9 @@ def test_beam_with_prefix_equals_pytorch_stepper(tr, ed_model):
     got = tr.translate_ids_nbest(sources, opts, target_prefix=prefixes)
     src, mask = pad_batch(sources, PAD)
     stepper = EncoderDecoderStepper(ed_model, src, mask)
-    ref = beam_search(stepper.first_logits(), stepper, opts, EOS, None, BANNED, prefixes)
+    ref = beam_search(
+        stepper.first_logits(), stepper, opts, DecodeInputs(EOS, None, BANNED, prefixes)
+    )
     assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in ref]
     for a, b in zip(got, ref):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)

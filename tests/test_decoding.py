@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edgeformer.runtime.decoding import (
+    DecodeInputs,
     GenerationOptions,
     beam_search,
     filter_logits,
@@ -16,6 +17,7 @@ from edgeformer.runtime.decoding import (
 )
 
 V, EOS = 6, 2
+IN = DecodeInputs(EOS)  # no context, bans, prefixes or stop test
 
 
 class Markov:
@@ -51,7 +53,7 @@ def seq_score(m: Markov, seq) -> float:
 
 def test_greedy_follows_the_argmax_and_stops_at_eos():
     m = Markov(1)
-    out = generate(m.first(), m, GenerationOptions(max_new_tokens=10), EOS)[0]
+    out = generate(m.first(), m, GenerationOptions(max_new_tokens=10), IN)[0]
     prev, expect = 0, []
     for _ in range(10):
         tok = int(m.table[prev].argmax())
@@ -66,7 +68,7 @@ def test_beam_search_is_exact_with_enough_beams():
     m = Markov(3)
     L = 3
     opts = GenerationOptions(max_new_tokens=L, num_beams=36, num_hypotheses=3, ignore_eos=True)
-    hyps = beam_search(m.first(), m, opts, EOS)[0]
+    hyps = beam_search(m.first(), m, opts, IN)[0]
     seqs = [s for s in itertools.product(range(V), repeat=L) if EOS not in s]
     best = sorted(seqs, key=lambda s: -seq_score(m, s))[:3]
     assert [tuple(h.tokens) for h in hyps] == best
@@ -76,13 +78,13 @@ def test_beam_search_is_exact_with_enough_beams():
 def test_beam_one_equals_greedy_and_batches_are_independent():
     m = Markov(4)
     first = np.stack([m.table[0], m.table[3]])
-    g = generate(first, Markov(4, 2), GenerationOptions(max_new_tokens=8), EOS)
-    b = generate(first, Markov(4, 2), GenerationOptions(max_new_tokens=8, num_beams=1), EOS)
+    g = generate(first, Markov(4, 2), GenerationOptions(max_new_tokens=8), IN)
+    b = generate(first, Markov(4, 2), GenerationOptions(max_new_tokens=8, num_beams=1), IN)
     assert g == b
-    single = generate(first[1:], Markov(4), GenerationOptions(max_new_tokens=8), EOS)
+    single = generate(first[1:], Markov(4), GenerationOptions(max_new_tokens=8), IN)
     assert g[1] == single[0]
-    beams2 = generate(first, Markov(4, 2), GenerationOptions(max_new_tokens=8, num_beams=3), EOS)
-    beams1 = generate(first[1:], Markov(4), GenerationOptions(max_new_tokens=8, num_beams=3), EOS)
+    beams2 = generate(first, Markov(4, 2), GenerationOptions(max_new_tokens=8, num_beams=3), IN)
+    beams1 = generate(first[1:], Markov(4), GenerationOptions(max_new_tokens=8, num_beams=3), IN)
     assert beams2[1] == beams1[0]
 
 
@@ -100,13 +102,13 @@ def test_top_k_and_top_p_filtering():
 def test_sampling_is_reproducible_and_respects_top_k():
     m = Markov(5)
     opts = dict(max_new_tokens=20, sampling=True, temperature=1.5, ignore_eos=True)
-    a = generate(m.first(4), Markov(5, 4), GenerationOptions(seed=7, **opts), EOS)
-    b = generate(m.first(4), Markov(5, 4), GenerationOptions(seed=7, **opts), EOS)
-    c = generate(m.first(4), Markov(5, 4), GenerationOptions(seed=8, **opts), EOS)
+    a = generate(m.first(4), Markov(5, 4), GenerationOptions(seed=7, **opts), IN)
+    b = generate(m.first(4), Markov(5, 4), GenerationOptions(seed=7, **opts), IN)
+    c = generate(m.first(4), Markov(5, 4), GenerationOptions(seed=8, **opts), IN)
     assert a == b and a != c
-    k1 = generate(m.first(), Markov(5), GenerationOptions(seed=1, top_k=1, **opts), EOS)
+    k1 = generate(m.first(), Markov(5), GenerationOptions(seed=1, top_k=1, **opts), IN)
     greedy = generate(
-        m.first(), Markov(5), GenerationOptions(max_new_tokens=20, ignore_eos=True), EOS
+        m.first(), Markov(5), GenerationOptions(max_new_tokens=20, ignore_eos=True), IN
     )
     assert k1 == greedy  # top_k=1 sampling is greedy
 
@@ -114,17 +116,17 @@ def test_sampling_is_reproducible_and_respects_top_k():
 def test_min_length_and_repetition_penalty():
     m = Markov(0)
     m.table[:, EOS] = 100.0  # EOS always wins
-    assert generate(m.first(), m, GenerationOptions(max_new_tokens=5), EOS) == [[]]
+    assert generate(m.first(), m, GenerationOptions(max_new_tokens=5), IN) == [[]]
     m2 = Markov(0)
     m2.table[:, EOS] = 100.0
-    out = generate(m2.first(), m2, GenerationOptions(max_new_tokens=5, min_new_tokens=3), EOS)
+    out = generate(m2.first(), m2, GenerationOptions(max_new_tokens=5, min_new_tokens=3), IN)
     assert len(out[0]) == 3
     m3 = Markov(0)
     m3.table[:] = np.arange(V, dtype=np.float32)  # token 5 always best
-    plain = generate(m3.first(), m3, GenerationOptions(max_new_tokens=4, ignore_eos=True), EOS)
+    plain = generate(m3.first(), m3, GenerationOptions(max_new_tokens=4, ignore_eos=True), IN)
     assert plain == [[5, 5, 5, 5]]
     pen = GenerationOptions(max_new_tokens=4, ignore_eos=True, repetition_penalty=10.0)
-    assert len(set(generate(m3.first(), m3, pen, EOS)[0])) > 1
+    assert len(set(generate(m3.first(), m3, pen, IN)[0])) > 1
 
 
 def test_finished_rows_are_dropped_from_the_cache():
@@ -132,7 +134,7 @@ def test_finished_rows_are_dropped_from_the_cache():
     first = np.zeros((2, V), dtype=np.float32)
     first[0, EOS] = 10  # row 0 ends at once
     first[1, 4] = 10
-    out = generate(first, m, GenerationOptions(max_new_tokens=3, min_new_tokens=0), EOS)
+    out = generate(first, m, GenerationOptions(max_new_tokens=3, min_new_tokens=0), IN)
     assert out[0] == [] and len(m.rows) == 1 and m.rows[0] == 1
 
 
@@ -141,9 +143,9 @@ def test_nan_logits_raise():
     bad = m.first()
     bad[0, 1] = np.nan
     with pytest.raises(FloatingPointError):
-        generate(bad, m, GenerationOptions(), EOS)
+        generate(bad, m, GenerationOptions(), IN)
     with pytest.raises(FloatingPointError):
-        beam_search(bad, m, GenerationOptions(num_beams=2), EOS)
+        beam_search(bad, m, GenerationOptions(num_beams=2), IN)
 
 
 @pytest.mark.parametrize(

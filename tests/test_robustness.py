@@ -250,7 +250,7 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 
 from edgeformer.runtime import GenerationOptions, Generator  # noqa: E402
-from edgeformer.runtime.decoding import beam_search, generate  # noqa: E402
+from edgeformer.runtime.decoding import DecodeInputs, beam_search, generate  # noqa: E402
 
 GOOD = ["two dogs .", "a man rides a bike ."]
 LONG = "two dogs play in the snow . " * 20  # > max_len 64 tokens
@@ -546,11 +546,11 @@ class Favour:
 def test_pad_and_bos_never_chosen(kw):
     opts = GenerationOptions(max_new_tokens=6, **kw)
     m = Favour(2)
-    out = generate(m.logits(), m, opts, EOS3, banned=(PAD, BOS))
+    out = generate(m.logits(), m, opts, DecodeInputs(EOS3, banned=(PAD, BOS)))
     assert len(out) == 2 and all(out) and not {PAD, BOS} & {t for row in out for t in row}
     if opts.num_beams > 1:
         m = Favour(2)
-        for hyps in beam_search(m.logits(), m, opts, EOS3, banned=(PAD, BOS)):
+        for hyps in beam_search(m.logits(), m, opts, DecodeInputs(EOS3, banned=(PAD, BOS))):
             assert not {PAD, BOS} & {t for h in hyps for t in h.tokens}
 
 
@@ -559,7 +559,7 @@ def test_nothing_left_to_choose_is_a_clear_error():
     for kw in (dict(), dict(sampling=True, seed=0)):
         opts = GenerationOptions(max_new_tokens=3, min_new_tokens=2, **kw)
         with pytest.raises(ValueError, match="^no token can be chosen: every token is banned"):
-            generate(m.logits(), m, opts, EOS3, banned=(PAD, BOS))
+            generate(m.logits(), m, opts, DecodeInputs(EOS3, banned=(PAD, BOS)))
 
 
 def test_runtime_text_api_bans_pad_and_bos(tr, gen):
