@@ -7,8 +7,9 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
   `present.*` are the same buffer when the runtime binds them so);
 - cross-attention is one `MultiHeadAttention` over cross K/V that the encoder graph computes
   once, in (B, H, S, D) layout;
-- every residual + LayerNorm is one `SkipLayerNormalization` (RMSNorm: `SkipSimplified-
-  LayerNormalization`) that also adds the sublayer's output bias; GELU with its bias is one
+- every residual + LayerNorm is Add + `LayerNormalization` (RMSNorm: `SimplifiedLayer-
+  Normalization`), not the fused `SkipLayerNormalization` (slower on CPU: Builder.skip_norm);
+  the sublayer's output bias is an Add after the residual one; GELU with its bias is one
   `BiasGelu` (tanh approximation: `FastGelu`); SwiGLU is one packed gate/up projection, Split,
   and silu(gate) * up; an ungated SiLU (Marian's swish) is `QuickGelu` with alpha 1;
 - grouped-query attention: the cache buffers hold the G key/value heads (kv_num_heads);
@@ -30,6 +31,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..runtime.package import LOGITS_3D, VariantSpec, io_names
+from .gptq import Hessians, gptq_int4
 
 OPSET = 21
 MS = "com.microsoft"
@@ -46,7 +48,9 @@ def _packed(*linears) -> SimpleNamespace:
 
     biases = [m.bias for m in linears]
     bias = None if biases[0] is None else torch.cat(biases)
-    return SimpleNamespace(weight=torch.cat([m.weight for m in linears]), bias=bias)
+    # source: the layer whose inputs they share (GPTQ's Hessian is keyed by it)
+    weight = torch.cat([m.weight for m in linears])
+    return SimpleNamespace(weight=weight, bias=bias, source=linears[0])
 
 
 @dataclass
@@ -161,8 +165,11 @@ def _int4_pack(w_nk: np.ndarray, scales: np.ndarray, bs: int) -> np.ndarray:
 class Builder:
     """Emits one model's graphs for one variant; `linear` and `embedding` follow the variant."""
 
-    def __init__(self, model, spec: VariantSpec, inits: dict[str, np.ndarray]):
+    def __init__(
+        self, model, spec: VariantSpec, inits: dict[str, np.ndarray], hessians: Hessians = None
+    ):
         self.model, self.cfg, self.spec, self.inits = model, model.cfg, spec, inits
+        self.hessians = hessians or {}  # GPTQ's, per linear layer (export/gptq.py)
         c = self.cfg
         self.H, self.G, self.D, self.C = c.n_heads, c.kv_heads, c.head_dim, c.d_model
         self.tied = c.tie_embeddings
@@ -172,8 +179,11 @@ class Builder:
         self.table = _f32(model.embed.weight) * np.float32(self.scale)
 
     # -- weights -------------------------------------------------------------------------------
-    def _nbits(self, g: Graph, name: str, w_nk: np.ndarray, bits: int) -> tuple[str, str]:
-        """(packed, scales) of a (N, K) weight, blocks along K, symmetric (zero point implied)."""
+    def _nbits(
+        self, g: Graph, name: str, w_nk: np.ndarray, bits: int, H: np.ndarray | None = None
+    ) -> tuple[str, str]:
+        """(packed, scales) of a (N, K) weight, blocks along K, symmetric (zero point implied).
+        H: the layer's input Hessian, for GPTQ (4 bits, a spec with gptq)."""
         from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 
         key = f"{name}.q{bits}"
@@ -185,7 +195,11 @@ class Builder:
             packed = np.zeros((N, k_blocks, bs * bits // 8), dtype=np.uint8)
             scales = np.zeros((N, k_blocks), dtype=np.float32)
             zero_points = np.zeros((N, k_blocks), dtype=np.uint8)  # unused when symmetric
-            if bits == 4 and self.spec.scale_search:
+            if bits == 4 and self.spec.gptq and H is not None:
+                pad = k_blocks * bs - K
+                deq, scales = gptq_int4(w_kn.T, np.pad(H, ((0, pad), (0, pad))), bs)
+                packed = _int4_pack(deq, scales, bs)
+            elif bits == 4 and self.spec.scale_search:
                 packed, scales = _int4_mse_blocks(w_kn.T, bs)
             else:
                 fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
@@ -225,7 +239,8 @@ class Builder:
             y = self._dynamic(g, x, name, w, bias if (bias and add_bias) else None)
             return (y, None) if add_bias else (y, bias)
         if bits:
-            packed, scales = self._nbits(g, name, w, bits)
+            H = self.hessians.get(getattr(mod, "source", mod))
+            packed, scales = self._nbits(g, name, w, bits, H)
             ins = [x, packed, scales, "", "", bias if (bias and add_bias) else ""]
             y = g.op(
                 "MatMulNBits", ins, domain=MS, K=w.shape[1], N=w.shape[0], bits=bits,
@@ -554,9 +569,12 @@ class Builder:
         return g
 
 
-def build_graphs(model, spec: VariantSpec) -> tuple[dict, dict[str, np.ndarray]]:
-    """{graph name: ModelProto} of one variant and the initializers they share."""
+def build_graphs(
+    model, spec: VariantSpec, hessians: Hessians = None
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """{graph name: ModelProto} of one variant and the initializers they share.
+    hessians: {linear layer: its inputs' X^T X} for a GPTQ variant (export/gptq.py)."""
     inits: dict[str, np.ndarray] = {}
-    b = Builder(model, spec, inits)
+    b = Builder(model, spec, inits, hessians)
     graphs = [b.encoder(), b.decoder()] if model.cfg.family == "encoder-decoder" else [b.decoder()]
     return {g.name: g for g in graphs}, inits

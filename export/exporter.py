@@ -39,6 +39,8 @@ from ..runtime.package import (
     write_graphs,
 )
 from .builder import OPSET, build_graphs
+from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
+from .quality import calibration_batches
 from .verify import golden_record
 
 
@@ -164,6 +166,24 @@ def measure_variants(
     return dataclasses.replace(config, variants={**config.variants, **measured})
 
 
+def calibrate(
+    model, checkpoint_dir: Path, ckpt_config: dict, variants: list[str], verbose: bool
+) -> tuple[Hessians, str | None]:
+    """GPTQ's input Hessians and their description, when a variant wants them and the
+    checkpoint's training data is at hand; else (None, None): scales fitted per block."""
+    if not any(VARIANT_SPECS[v].gptq for v in variants):
+        return None, None
+    found = calibration_batches(model, checkpoint_dir, ckpt_config, CALIBRATION_EXAMPLES)
+    if found is None:
+        _log(verbose, "int4: no bundled training data for GPTQ: scales fitted to each block")
+        return None, None
+    t = time.perf_counter()
+    batches, what = found
+    hessians = layer_hessians(model, batches)
+    _log(verbose, f"int4: {what} ({time.perf_counter() - t:.1f} s)")
+    return hessians, what
+
+
 def export_package(
     checkpoint_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -194,11 +214,12 @@ def export_package(
             shutil.copyfile(checkpoint_dir / SOURCE_TOKENIZER, tmp / SOURCE_TOKENIZER_FILE)
             tokenizers.append(SOURCE_TOKENIZER_FILE)
         entries: dict[str, VariantEntry] = {}
+        hessians, calibration = calibrate(model, checkpoint_dir, ckpt_config, variants, verbose)
         with torch.no_grad():
             for variant in variants:
                 t = time.perf_counter()
-                spec = variant_spec(variant, cfg.family)
-                graphs, _ = build_graphs(model, spec)
+                spec = variant_spec(variant, cfg.family, calibration)
+                graphs, _ = build_graphs(model, spec, hessians)
                 files = write_graphs(tmp, variant, {name: g.proto() for name, g in graphs.items()})
                 weights = files.pop("weights")
                 entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)

@@ -91,3 +91,39 @@ def held_out_quality(package: Path, checkpoint_config: dict, variants: list[str]
         windows = text_windows(package, load_shakespeare()[1], HELD_OUT_WINDOWS)
         return {v: {"perplexity": windows_perplexity(package, v, windows)["ppl"]} for v in variants}
     return {}
+
+
+def calibration_batches(
+    model, checkpoint_dir: Path, checkpoint_config: dict, examples: int
+) -> tuple[list[tuple], str] | None:
+    """(model(*batch) inputs, what they are) from the first `examples` training examples of
+    the checkpoint's bundled data (GPTQ's calibration, export/gptq.py); None when it has none
+    (as held_out_quality). Never the validation split, which the held-out check reads."""
+    import numpy as np
+    import torch
+
+    task = checkpoint_config.get("task") or {}
+    train = checkpoint_config.get("train") or {}
+    if not train or train.get("data_dir") is not None:  # not trained here, or on other data
+        return None
+    try:
+        from edgeformer.train.data import load_multi30k, load_shakespeare
+        from edgeformer.train.tokenizer import encode, encode_stream, load_tokenizer
+        from edgeformer.train.trainer import collate, make_pairs
+    except ImportError:
+        return None
+    if task.get("kind") == "translation" and task.get("src_lang") and task.get("tgt_lang"):
+        tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
+        src, tgt = load_multi30k("train", task["src_lang"], task["tgt_lang"], None, examples)
+        pairs, _ = make_pairs(encode(tok, src), encode(tok, tgt), model.cfg.max_len)
+        batches = [tuple(collate(pairs[b : b + 64])[:2]) for b in range(0, len(pairs), 64)]
+        return batches, f"GPTQ on {len(pairs)} training pairs"
+    if task.get("kind") == "lm" and train.get("tokenizer") == "char":
+        tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
+        ids = np.asarray(encode_stream(tok, load_shakespeare()[0]), dtype=np.int64)
+        T = model.cfg.max_len
+        n = min(examples, len(ids) // T)  # windows of T tokens, spread over the split
+        starts = np.linspace(0, len(ids) - T, n).astype(np.int64)
+        x = torch.from_numpy(np.stack([ids[s : s + T] for s in starts]))
+        return [(x[b : b + 32],) for b in range(0, n, 32)], f"GPTQ on {n * T} training tokens"
+    return None

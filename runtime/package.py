@@ -116,6 +116,9 @@ class VariantSpec:
     # 4 bits: each block's scale minimises its squared error (a search below the absmax
     # scale, export/builder.py) instead of onnxruntime's absmax; same format and kernels
     scale_search: bool = False
+    # 4-bit linear layers: GPTQ against the activations of training examples when export has
+    # them (export/gptq.py; the embedding / output projection keep scale_search); same format
+    gptq: bool = False
 
 
 VARIANT_SPECS: dict[str, VariantSpec] = {
@@ -137,6 +140,7 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
             embed_bits=4,
             head_bits=4,
             scale_search=True,
+            gptq=True,
         ),
         VariantSpec(
             "int8-dynamic",
@@ -152,21 +156,29 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
 VARIANTS = tuple(VARIANT_SPECS)
 
 
-def variant_spec(name: str, family: str) -> VariantSpec:
+def variant_spec(name: str, family: str, calibration: str | None = None) -> VariantSpec:
     """The recipe of variant `name` for a model of `family`. A translator's int4 keeps its
     embedding and output projection at 8 bits: 4 bits there lost 0.55 BLEU on a trained
     translator's test set (README, Quantization), 8 bits nothing, at the same batch-1 speed;
-    an LM keeps 4 bits everywhere (within its bound, and its head is a larger share of a step)."""
+    an LM keeps 4 bits everywhere (within its bound, and its head is a larger share of a step).
+    calibration: what a GPTQ variant's linear layers were fitted to ("GPTQ on 512 training
+    examples"), for its description; None: not calibrated (scales fitted to each block)."""
     spec = VARIANT_SPECS[name]
-    if name == "int4" and family == "encoder-decoder":
+    if name != "int4":
+        return spec
+    how = "scales fitted to each block" if calibration is None else calibration
+    if family == "encoder-decoder":
         return replace(
             spec,
             embed_bits=8,
             head_bits=8,
-            description="MatMulNBits 4-bit weights, block 32 (scales fitted to each block), "
-            "int8 compute; 8-bit embedding and output projection",
+            description=f"MatMulNBits 4-bit weights, block 32 ({how}), int8 compute; 8-bit "
+            "embedding and output projection",
         )
-    return spec
+    return replace(
+        spec,
+        description=f"MatMulNBits 4-bit weights everywhere, block 32 ({how}), int8 compute",
+    )
 
 
 def graph_names(family: str) -> tuple[str, ...]:

@@ -269,6 +269,59 @@ def test_int4_fitted_scales():
     assert fitted_s[0, 0] == 0 and fitted[0, 0] == 0
 
 
+def test_gptq_int4():
+    """GPTQ's 4-bit weights are on MatMulNBits' grid, equal round-to-nearest when the inputs
+    are uncorrelated, and beat it on the layer's outputs when they are not."""
+    from edgeformer.export.builder import _int4_pack
+    from edgeformer.export.gptq import gptq_int4
+
+    rng = np.random.default_rng(0)
+    N, K, bs = 16, 64, 32
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    x = rng.standard_normal((2000, K)) @ rng.standard_normal((K, K)) * 0.3  # correlated inputs
+    x[:, 5] = 0.0  # an input never seen
+    q, s = gptq_int4(w, x.T @ x, bs)
+    blocks = q.reshape(N, K // bs, bs) / np.where(s == 0, 1, s)[..., None]
+    grid = np.rint(blocks)
+    assert np.allclose(blocks, grid, atol=1e-4) and grid.min() >= -8 and grid.max() <= 7
+    assert np.all(q[:, 5] == 0)
+    unpacked = np.stack([(p := _int4_pack(q, s, bs)) & 15, p >> 4], -1).reshape(N, K) - 8.0
+    assert np.allclose(unpacked * np.repeat(s, bs, axis=1), q, atol=1e-6)
+
+    peak = np.take_along_axis(
+        w.reshape(N, K // bs, bs), np.abs(w.reshape(N, K // bs, bs)).argmax(-1)[..., None], -1
+    )
+    rtn = (np.clip(np.rint(w.reshape(N, K // bs, bs) / (peak / -8)), -8, 7) * (peak / -8)).reshape(
+        N, K
+    )
+    q_eye, _ = gptq_int4(w, np.eye(K), bs)
+    assert np.allclose(q_eye, rtn, atol=1e-6)
+    out_err = lambda m: float((((m - w) @ x.T) ** 2).mean())  # noqa: E731
+    assert out_err(q) < 0.8 * out_err(rtn)
+
+
+def test_int4_calibrated_on_training_data(ed_checkpoint, tmp_path):
+    """A checkpoint trained on bundled data gets GPTQ int4 from its training pairs (said in the
+    variant's description) and still passes export's parity check; other data: none."""
+    from edgeformer.export.quality import calibration_batches
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(ed_checkpoint, ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config["task"] = {"kind": "translation", "src_lang": "en", "tgt_lang": "de"}
+    config["train"] = {"data_dir": None}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    model, _ = load_checkpoint(ckpt)
+    batches, what = calibration_batches(model, ckpt, config, 40)
+    n = sum(len(b[0]) for b in batches)  # those of the first 40 that fit max_len
+    assert 0 < n <= 40 and what == f"GPTQ on {n} training pairs"
+    assert calibration_batches(model, ckpt, {**config, "train": {"data_dir": "x"}}, 40) is None
+
+    pkg = export_package(ckpt, tmp_path / "pkg", variants=["int4"], verbose=False)
+    described = json.loads((pkg / "config.json").read_text())["variants"]["int4"]["description"]
+    assert "GPTQ on " in described and "training pairs" in described
+
+
 # ---------------------------------------------------------------- robustness
 
 

@@ -1,0 +1,76 @@
+"""GPTQ for the int4 variant: each linear layer's 4-bit weights chosen against its inputs.
+
+Frantar et al., "GPTQ: Accurate Post-Training Quantization for Generative Pre-trained
+Transformers" (2022): quantize a (N, K) weight one input column at a time and move each
+column's rounding error onto the columns not yet quantized, in proportion to the inverse
+Hessian H = X^T X of the layer's inputs X. The output is MatMulNBits' symmetric 4-bit format
+(a scale per block of `bs` inputs, the absmax of the block as reached, no zero point), so the
+kernels, size and speed are those of round-to-nearest; only which 4-bit values are stored
+changes. The inputs come from a few hundred training examples (`calibration_batches`), never
+the validation split that export's held-out check reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+from torch import nn
+
+DAMP = 0.01  # of the mean of H's diagonal, added to it (the paper's default)
+CALIBRATION_EXAMPLES = 512  # training examples whose activations make H
+
+Hessians = dict[nn.Module, np.ndarray] | None  # {linear layer: X^T X of its inputs}
+
+
+def layer_hessians(model: nn.Module, batches: Iterable[tuple]) -> dict[nn.Module, np.ndarray]:
+    """{linear layer: X^T X (K, K) of its inputs} over `batches` (each model(*batch))."""
+    acc: dict[nn.Module, torch.Tensor] = {}
+
+    def hook(mod: nn.Module, inputs: tuple, _out) -> None:
+        x = inputs[0].reshape(-1, inputs[0].shape[-1]).double()  # (rows, K)
+        acc[mod] = acc.get(mod, torch.zeros(x.shape[1], x.shape[1], dtype=x.dtype)) + x.T @ x
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Linear)]
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                model(*batch)
+    finally:
+        for h in handles:
+            h.remove()
+    return {m: h.numpy() for m, h in acc.items()}
+
+
+def gptq_int4(w_nk: np.ndarray, H: np.ndarray, bs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(N, K) weight, (K, K) input Hessian -> (dequantized (N, K) weight, (N, K/bs) scales):
+    symmetric 4-bit blocks along K (q in [-8, 7], scale = the block's signed absmax / -8 when
+    GPTQ reaches it). K must be a multiple of bs."""
+    W = torch.from_numpy(np.array(w_nk, dtype=np.float64))
+    Hd = torch.from_numpy(np.array(H, dtype=np.float64))
+    N, K = W.shape
+    dead = torch.diag(Hd) == 0  # inputs never seen: their weights cannot matter
+    Hd[dead, dead] = 1.0
+    W[:, dead] = 0.0
+    Hd += DAMP * torch.mean(torch.diag(Hd)) * torch.eye(K, dtype=Hd.dtype)
+    # the upper Cholesky factor of H^-1: row i holds how column i's error spreads to the rest
+    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(Hd)), upper=True)
+    Q = torch.zeros_like(W)
+    scales = torch.zeros(N, K // bs, dtype=W.dtype)
+    for b0 in range(0, K, bs):
+        block = W[:, b0 : b0 + bs]  # a view: updated in place below
+        peak = torch.gather(block, 1, block.abs().argmax(1, keepdim=True))[:, 0]  # (N,)
+        s = peak / -8.0
+        scales[:, b0 // bs] = s
+        s = torch.where(s == 0, torch.ones_like(s), s)
+        err = torch.zeros_like(block)
+        for i in range(bs):
+            col = block[:, i]
+            q = torch.clamp(torch.round(col / s), -8, 7) * s
+            Q[:, b0 + i] = q
+            e = (col - q) / Hinv[b0 + i, b0 + i]
+            block[:, i + 1 :] -= e[:, None] * Hinv[b0 + i, b0 + i + 1 : b0 + bs][None, :]
+            err[:, i] = e
+        W[:, b0 + bs :] -= err @ Hinv[b0 : b0 + bs, b0 + bs :]
+    return Q.float().numpy(), scales.float().numpy()
