@@ -167,6 +167,48 @@ GPU_TRANSLATION = TrainConfig(
     bleu_sentences=1014,
 )
 
+# CPU recipe: 25 minutes on 2 cores (a 2.2M-parameter model at ~6.2k tokens/s); test BLEU 31 /
+# 33.6 (greedy / beam 5), val BLEU 32 (README, measured 2026-11-22)
+CPU_TRANSLATION = TrainConfig(
+    model=default_model(
+        vocab_size=6000,
+        d_model=128,
+        n_heads=4,
+        n_encoder_layers=3,
+        n_decoder_layers=3,
+        d_ff=512,
+        dropout=0.1,
+    ),
+    direction="en-de",
+    epochs=10,  # ~2.5 min an epoch on 2 cores
+    batch_tokens=3000,
+    lr=2e-3,
+    warmup=400,
+    bleu_sentences=200,
+    average_last=3,
+    threads=2,
+)
+
+# longer CPU recipe: 80 minutes on 2 cores; Transformer-Tiny-like 4+4 x 128, FFN 256, with
+# fairseq's dropout sites (0.3 on embeddings and residuals, none on attention weights or the
+# FFN's inside); test beam 5 38.0 lowercased, val 37.3 (README, measured 2026-11-24)
+CPU_TRANSLATION_LONG = replace(
+    CPU_TRANSLATION,
+    model=replace(
+        CPU_TRANSLATION.model,
+        n_encoder_layers=4,
+        n_decoder_layers=4,
+        d_ff=256,
+        dropout=0.3,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    ),
+    epochs=40,  # ~2 min an epoch on 2 cores
+    lr=2.5e-3,
+    warmup=800,
+    average_last=10,
+)
+
 PRESETS: dict[str, TrainConfig] = {
     # demo: a small model on Multi30k en->de, ~5 minutes on 2 CPU cores (val BLEU: README)
     "tiny": TrainConfig(
@@ -190,51 +232,8 @@ PRESETS: dict[str, TrainConfig] = {
     ),
     "multi30k-en-de": GPU_TRANSLATION,  # full recipes (GPU), in both directions
     "multi30k-de-en": replace(GPU_TRANSLATION, direction="de-en"),
-    # CPU recipe: 25 minutes on 2 cores (a 2.2M-parameter model at ~6.2k tokens/s); test BLEU 31 /
-    # 33.6 (greedy / beam 5), val BLEU 32 (README, measured 2026-11-22)
-    "multi30k-en-de-cpu": TrainConfig(
-        model=default_model(
-            vocab_size=6000,
-            d_model=128,
-            n_heads=4,
-            n_encoder_layers=3,
-            n_decoder_layers=3,
-            d_ff=512,
-            dropout=0.1,
-        ),
-        direction="en-de",
-        epochs=10,  # ~2.5 min an epoch on 2 cores
-        batch_tokens=3000,
-        lr=2e-3,
-        warmup=400,
-        bleu_sentences=200,
-        average_last=3,
-        threads=2,
-    ),
-    # longer CPU recipe: 80 minutes on 2 cores; Transformer-Tiny-like 4+4 x 128, FFN 256, with
-    # fairseq's dropout sites (0.3 on embeddings and residuals, none on attention weights or the
-    # FFN's inside); test beam 5 38.0 lowercased, val 37.3 (README, measured 2026-11-24)
-    "multi30k-en-de-cpu-long": TrainConfig(
-        model=default_model(
-            vocab_size=6000,
-            d_model=128,
-            n_heads=4,
-            n_encoder_layers=4,
-            n_decoder_layers=4,
-            d_ff=256,
-            dropout=0.3,
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-        ),
-        direction="en-de",
-        epochs=40,  # ~2 min an epoch on 2 cores
-        batch_tokens=3000,
-        lr=2.5e-3,
-        warmup=800,
-        bleu_sentences=200,
-        average_last=10,
-        threads=2,
-    ),
+    "multi30k-en-de-cpu": CPU_TRANSLATION,
+    "multi30k-en-de-cpu-long": CPU_TRANSLATION_LONG,
     "shakespeare-char": _lm(
         model=dict(
             d_model=384,
