@@ -50,7 +50,6 @@ from .decoding import (
     score,
 )
 from .package import (
-    MAX_QUALITY_LOSS,
     TOKENIZER_FILE,
     Package,
     PackageError,
@@ -256,7 +255,7 @@ class Model:
         variant: str = "fp32",
         provider: str = "auto",
         settings: SessionSettings | None = None,
-        max_quality_loss: float = MAX_QUALITY_LOSS,
+        max_quality_loss: float | None = None,
     ):
         settings = settings or SessionSettings()
         pkg: Package = load_package(package_path)
@@ -435,7 +434,7 @@ class Translator(_Loaded):
         session_options: ort.SessionOptions | None = None,
         providers: Providers | None = None,
         async_workers: int = 1,
-        max_quality_loss: float = MAX_QUALITY_LOSS,
+        max_quality_loss: float | None = None,
         inter_threads: int = 1,
     ):
         # translate_file / translate_iterable: sub-batches translated at once, each on its own
@@ -790,7 +789,7 @@ class Generator(_Loaded):
         session_options: ort.SessionOptions | None = None,
         providers: Providers | None = None,
         async_workers: int = 1,
-        max_quality_loss: float = MAX_QUALITY_LOSS,
+        max_quality_loss: float | None = None,
     ):
         settings = SessionSettings(threads, spinning, session_options, providers)
         m = Model(package_path, "decoder-only", variant, provider, settings, max_quality_loss)

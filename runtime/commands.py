@@ -108,7 +108,7 @@ def package_info(path: str) -> str:
                 f"         at export: agreement with PyTorch {m['agreement']:.3f}, max logit "
                 f"diff {m['max_logit_diff']:.2e}, {m['ms_per_token']:.3f} ms/token{held}"
             )
-    _, why = pick_variant(c, MAX_QUALITY_LOSS)
+    _, why = pick_variant(c)
     lines.append(f"  auto -> {why}")
     settings = pkg.generation_settings()
     shown = ", ".join(f"{k} {v}" for k, v in settings.items()) or "none (greedy search)"
@@ -134,15 +134,16 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     g.add_argument(
         "--variant",
         default="fp32",
-        help=" | ".join(VARIANTS) + " | auto (the fastest export measured within "
-        "--max-quality-loss)",
+        help=" | ".join(VARIANTS) + " | auto (the fastest export measured within the "
+        "quality bounds: held-out BLEU / perplexity, --max-quality-loss)",
     )
     g.add_argument(
         "--max-quality-loss",
         type=float,
-        default=MAX_QUALITY_LOSS,
+        default=None,
         metavar="X",
-        help=f"auto: largest 1 - agreement with PyTorch accepted (default {MAX_QUALITY_LOSS})",
+        help="auto: largest 1 - agreement with PyTorch accepted (default: none where export "
+        f"measured held-out quality, whose bounds decide; else {MAX_QUALITY_LOSS})",
     )
     g.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda"))
     g.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")

@@ -9,7 +9,13 @@ import pytest
 from conftest import VARIANTS
 
 from edgeformer.runtime.cli import main
-from edgeformer.runtime.package import GOLDEN_FILE, PackageError, load_package, sha256
+from edgeformer.runtime.package import (
+    GOLDEN_FILE,
+    MAX_QUALITY_LOSS,
+    PackageError,
+    load_package,
+    sha256,
+)
 from edgeformer.runtime.verify import FP32_TOLERANCE, verify
 
 
@@ -91,7 +97,13 @@ def test_export_measures_each_variant_and_auto_picks_by_them(ed_package, capsys)
         config,
         variants={k: dataclasses.replace(v, measured={}) for k, v in config.variants.items()},
     )
-    assert pick_variant(bare, 0.05) == ("fp32", "no export measurements in this package: fp32")
+    assert pick_variant(bare) == ("fp32", "no export measurements in this package: fp32")
+    # no held-out quality in this package (an untrained checkpoint): by default agreement
+    # decides, at most MAX_QUALITY_LOSS lost
+    default, why = pick_variant(config)
+    ok = [k for k, m in measured.items() if 1 - m["agreement"] <= MAX_QUALITY_LOSS]
+    assert default == min(ok, key=lambda k: measured[k]["ms_per_token"])
+    assert f"1 - agreement with PyTorch <= {MAX_QUALITY_LOSS:g}" in why
     with pytest.raises(ValueError, match="max_quality_loss"):
         pick_variant(config, 2.0)
     assert main(["--log-level", "info", "translate", str(ed_package), "a", "--variant", "auto",
@@ -150,4 +162,11 @@ def test_export_records_held_out_quality_and_auto_respects_its_bounds(
         fast.update({key: measured["fp32"][key]})  # within the bound: int4, the fastest
         variant, _ = pick_variant(dataclasses.replace(package, variants=variants), 1.0)
         assert variant == "int4"
+        # by default the held-out bound alone decides: a low agreement does not leave int4 out
+        fast.update(agreement=0.5)
+        variant, why = pick_variant(dataclasses.replace(package, variants=variants))
+        assert variant == "int4" and "held-out" in why and "agreement" not in why, why
+        # an explicit max_quality_loss adds the agreement bound
+        variant, why = pick_variant(dataclasses.replace(package, variants=variants), 0.05)
+        assert variant == "fp32" and "int4 1 - agreement 0.500" in why, why
     # a converted or untrained checkpoint has no held-out data: agreement only (other tests)
