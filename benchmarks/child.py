@@ -2,6 +2,7 @@
 
     python -m edgeformer.benchmarks.child serve JOB    a stack's worker (--isolation process)
     python -m edgeformer.benchmarks.child memory JOB   load, run each workload once, peak RSS
+    python -m edgeformer.benchmarks.child floor JOB    the fp32 step's weight-streaming floor
 
 JOB is a `settings.Job` as JSON. Each child imports only what its stack needs (no torch for our
 runtime), as a deployment of that stack would.
@@ -116,6 +117,25 @@ def memory(job: Job) -> int:
     return 0
 
 
+def floor(job: Job) -> int:
+    """The weight-streaming floor of the job's package's fp32 decoder (profile.floor_ms), in a
+    process with no other onnxruntime session."""
+    from edgeformer.runtime.package import load_package
+
+    from . import artifacts, profile
+    from .stacks import for_job, get_stack
+
+    quiet_libraries()
+    artifacts.READ_ONLY = True
+    llama = for_job(get_stack(job.stack), job).vocab == "llama"
+    path = artifacts.llama_package_for(job) if llama else artifacts.package_for(job)
+    graph = load_package(path, verify=False).file("decoder", "fp32")
+    n_bytes = profile.linear_weight_bytes(graph)
+    ms = profile.floor_ms(n_bytes, job.shape.cfg.d_model, job.threads)
+    print(json.dumps({"weights_mb": n_bytes / 1e6, "floor_ms": ms}), flush=True)
+    return 0
+
+
 # ---- the parent's side -------------------------------------------------------------------------
 
 
@@ -189,9 +209,19 @@ class Worker:
 
 def child_peak_rss(job: Job, timeout: float = 600) -> dict:
     """Run `memory` in a fresh process; its JSON result, or an error."""
+    return _child_json("memory", job, timeout)
+
+
+def child_floor(job: Job, timeout: float = 600) -> dict:
+    """Run `floor` in a fresh process; its JSON result, or an error."""
+    return _child_json("floor", job, timeout)
+
+
+def _child_json(mode: str, job: Job, timeout: float) -> dict:
+    """Run a one-shot mode in a fresh process: the last JSON line it prints, or an error."""
     try:
         p = subprocess.run(
-            _command("memory", job), capture_output=True, text=True, timeout=timeout,
+            _command(mode, job), capture_output=True, text=True, timeout=timeout,
             env=env_threads(job.threads),
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -205,7 +235,7 @@ def child_peak_rss(job: Job, timeout: float = 600) -> dict:
 
 def main(argv: list[str]) -> int:
     mode, job = argv[0], Job.from_json(argv[1])
-    return {"serve": serve, "memory": memory}[mode](job)
+    return {"serve": serve, "memory": memory, "floor": floor}[mode](job)
 
 
 if __name__ == "__main__":

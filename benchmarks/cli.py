@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import files, measure, report
-from .child import Worker, child_peak_rss
+from .child import Worker, child_floor, child_peak_rss
 from .files import FileBatching
 from .runners import quiet_libraries
 from .settings import DEFAULT_OUT, ISOLATION_MODES, MEMORY_MODES, SPINNING, Job, Settings
@@ -342,8 +342,9 @@ def _healthy(runners, shape, w, by_name, info) -> dict:
 
 
 def _profile(job: Job, names: list[str]) -> dict:
-    """In this process, after the timing: the ORT profile of one decode step per variant of our
-    runtime, and each Python-driven onnxruntime stack's W1 time outside session.run."""
+    """After the timing: the ORT profile of one decode step per variant of our runtime (in this
+    process), the fp32 step's weight-streaming floor (in a fresh one), and each Python-driven
+    onnxruntime stack's W1 time outside session.run."""
     from edgeformer.runtime.package import load_package
 
     from . import artifacts, profile
@@ -364,6 +365,8 @@ def _profile(job: Job, names: list[str]) -> dict:
             )
         except Exception as e:
             out.setdefault("decode_step", {})[name] = {"error": _err(e)}
+        if s.variant == "fp32":  # in a fresh process: see profile.floor_ms
+            out.setdefault("floor", {})[name] = child_floor(job.with_stack(name))
     w = WORKLOADS["W1"]
     for name in names:
         s = for_job(get_stack(name), job)

@@ -5,6 +5,9 @@
    `past` cached positions: kernel time per op type, per step.
 2. Python outside session.run: the runtime's full W1 generation with every
    InferenceSession.run / run_with_iobinding timed, for each ORT-based stack (ours and Optimum).
+3. The weight-streaming floor of an fp32 step: one MatMul of one row over as many fp32 bytes as
+   the step's linear layers read (`floor_ms`, run in a fresh process: child.py `floor`; in a
+   process that holds other onnxruntime sessions their thread pools skew it by up to 2x).
 """
 
 from __future__ import annotations
@@ -88,6 +91,53 @@ def decode_step_ops(
         "session_run_wall_us_per_step": float(np.median(walls)),
         "ops": ops,
     }
+
+
+def linear_weight_bytes(graph: Path) -> int:
+    """Bytes of the float32 weights the graph's MatMul / Gemm nodes read: what one decode step
+    at batch 1 streams (the embedding's Gather reads one row of its table)."""
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)
+    dims = {
+        i.name: i.dims for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT
+    }
+    return sum(
+        4 * int(np.prod(dims[n.input[1]]))
+        for n in model.graph.node
+        if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in dims
+    )
+
+
+def floor_ms(n_bytes: int, width: int, threads: int, rounds: int = 7, runs: int = 100) -> float:
+    """One MatMul (1, width) x (width, N) over n_bytes of fp32 weights, the runtime's session
+    options (decoder spinning): median ms of `rounds` rounds of `runs` calls."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeformer.runtime.session import session_options
+
+    n = max(1, n_bytes // 4 // width)
+    w = np.random.default_rng(0).standard_normal((width, n)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "floor",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    so = session_options(threads, spinning=True)
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feed = {"x": np.ones((1, width), np.float32)}
+    for _ in range(20):
+        sess.run(None, feed)
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(runs):
+            sess.run(None, feed)
+        times.append((time.perf_counter() - t) / runs * 1e3)
+    return float(np.median(times))
 
 
 @contextlib.contextmanager

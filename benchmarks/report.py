@@ -291,7 +291,7 @@ def markdown(results: dict) -> str:
         lines.append("")
     lines += _targets_md(results.get("targets") or {})
     if results.get("profile"):
-        lines += _profile_md(results["profile"])
+        lines += _profile_md(results["profile"], results.get("workloads", []))
     if results.get("quality"):
         lines += _quality_md(results["quality"])
     return "\n".join(lines).rstrip() + "\n"
@@ -409,9 +409,29 @@ def _llama_md(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def _profile_md(prof: dict) -> list[str]:
+def _profile_md(prof: dict, rows: list[dict]) -> list[str]:
     lines = ["## Profile", ""]
     for shape, p in prof.items():
+        for name, f in (p.get("floor") or {}).items():
+            if "error" in f:
+                lines += [f"- {shape.upper()} {name} weight-streaming floor: {f['error']}", ""]
+                continue
+            fp32 = {  # the float32 stacks of this shape's W1 (the same bytes per step)
+                r["stack"]: r["decode_ms_per_token"]["median"] for r in rows
+                if r["shape"] == shape and r["workload"] == "W1"
+                and (r["stack"].endswith("-fp32") or r["stack"].endswith("torch"))
+            }  # fmt: skip
+            vs = ", ".join(
+                f"{k} {ms:.3f} ms ({ms / f['floor_ms']:.2f}×)"
+                for k, ms in sorted(fp32.items(), key=lambda kv: kv[1])
+            )
+            lines += [
+                f"- {shape.upper()} {name}, weight-streaming floor: its step's MatMul / Gemm "
+                f"read {f['weights_mb']:.1f} MB of fp32 weights; one MatMul of one row over as "
+                f"many takes **{f['floor_ms']:.3f} ms** (a fresh process). W1 decode per token, "
+                f"÷ that floor: {vs or 'W1 not run'}",
+                "",
+            ]
         for name, d in (p.get("decode_step") or {}).items():
             if "error" in d:
                 lines.append(f"- {shape.upper()} {name} decode step: {d['error']}")

@@ -12,6 +12,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgeformer.benchmarks import report
@@ -72,7 +73,11 @@ def test_quick_bench_end_to_end(tmp_path):
     if peers:
         assert {r["workload"] for r in t["fp32_vs_ct2"]} == {"W1", "W2"}
     assert "edgeformer-fp32" in res["profile"]["lm"]["decode_step"]
+    floor = res["profile"]["lm"]["floor"]["edgeformer-fp32"]  # measured in a fresh process
+    size = info["edgeformer-fp32"]["size_mb"] * 2**20 / 1e6  # graphs + weights, MB
+    assert floor["floor_ms"] > 0 and 0 < floor["weights_mb"] < size, floor
     md = (out / "latest.md").read_text()
+    assert "weight-streaming floor" in md and "edgeformer-fp32" in md
     assert md.startswith("# edgeformer bench") and "| size MB | RSS loaded MB |" in md
     assert (out / "latest.png").stat().st_size > 0
 
@@ -392,3 +397,29 @@ def test_quick_bench_file_translation(tmp_path):
     # edgeformer-fp32 against ct2-fp32 (the best-against-best line is the same one here)
     assert len(res["targets"]["file_vs_ct2"]) == (1 if len(stacks) == 2 else 0)
     assert "### File translation: 200 sentences" in (out / "latest.md").read_text()
+
+
+def test_linear_weight_bytes_counts_what_a_step_streams(tmp_path):
+    """The floor's byte count: the float weights MatMul / Gemm read, not a Gather's table."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeformer.benchmarks.profile import linear_weight_bytes
+
+    def w(name, *shape):
+        return numpy_helper.from_array(np.zeros(shape, np.float32), name)
+
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"]),
+        helper.make_node("MatMul", ["e", "w1"], ["h"]),
+        helper.make_node("Gemm", ["h", "w2"], ["y"]),
+        helper.make_node("MatMul", ["y", "y"], ["z"]),  # no weight: not counted
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [w("table", 10, 4), w("w1", 4, 3), w("w2", 3, 5)],
+    )  # fmt: skip
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph), path)
+    assert linear_weight_bytes(path) == 4 * (4 * 3 + 3 * 5)
