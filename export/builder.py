@@ -114,7 +114,10 @@ class Graph:
         """ModelProto, initializers inline (package.write_graphs moves the large ones out)."""
         from onnx import helper, numpy_helper
 
-        inits = [numpy_helper.from_array(self.inits[n], n) for n in self.used]
+        # only what a node reads: a weight registered for another form of it (the MHA query bias
+        # inside its packed qkv bias, a quantized table read as rows) is not written twice
+        read = {x for node in self.nodes for x in node.input}
+        inits = [numpy_helper.from_array(self.inits[n], n) for n in self.used if n in read]
         g = helper.make_graph(
             self.nodes, self.name, self.inputs, self.outputs, [*inits, *self.consts]
         )

@@ -165,6 +165,19 @@ def test_lean_package(tmp_path, tokenizer_json):
         assert ratio <= bound, (family, variant, ratio)
 
 
+def test_every_written_weight_is_read(family):
+    """No dead initializers in any graph of any variant (onnxruntime would drop them at load,
+    but they would sit in the weights file): e.g. the cross-attention query bias lives only in
+    MultiHeadAttention's packed qkv bias."""
+    _, pkg, _ = family
+    for entry in load_package(pkg).config.variants.values():
+        for name in entry.files.values():
+            g = graph(pkg / name)
+            read = {x for n in g.node for x in n.input}
+            dead = [i.name for i in g.initializer if i.name not in read]
+            assert not dead, (name, dead)
+
+
 # ---------------------------------------------------------------- parity and the cache
 
 
