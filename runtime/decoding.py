@@ -251,6 +251,8 @@ class _Penalties:
             self.seen = np.zeros((n, vocab), dtype=bool)
             for i, toks in enumerate(context or []):
                 self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
+        # nothing but (maybe) the end tokens to ban: the common case, checked once here
+        self.plain = self.seen is None and not self.banned and self.history is None
 
     def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
         """`n_generated`: tokens chosen so far per row (or one count for all): before
@@ -262,10 +264,7 @@ class _Penalties:
                 ban_all = True
             elif below.any():
                 ban_rows = np.flatnonzero(np.broadcast_to(below, (len(logits),)))
-        if (
-            self.seen is None and not ban_all and ban_rows is None and not self.banned
-            and self.history is None
-        ):  # fmt: skip
+        if self.plain and not ban_all and ban_rows is None:
             return logits
         logits = logits.astype(np.float32, copy=True)
         if self.seen is not None:
@@ -401,7 +400,10 @@ def _choose(
     picks a NaN first), so a normal step costs one gather instead of a pass over the logits."""
     if not opts.sampling:
         tokens = logits.argmax(axis=-1)
-        if np.isfinite(logits[np.arange(len(tokens)), tokens]).all():
+        if len(tokens) == 1:  # batch 1: one scalar check
+            if math.isfinite(logits[0, tokens[0]]):
+                return tokens
+        elif np.isfinite(logits[np.arange(len(tokens)), tokens]).all():
             return tokens
         if raw is not None:
             _check_finite(raw)
@@ -458,7 +460,7 @@ def steps(
     for t in range(int(limit.max())):
         if not forcing.on:
             adjusted = penalties.apply(logits, t)
-            forced = np.zeros(len(active), dtype=bool)
+            forced = None  # no row is forced
             tokens = _choose(adjusted, opts, rng, raw=logits).astype(np.int64, copy=False)
         else:
             _check_finite(logits)
@@ -478,27 +480,28 @@ def steps(
         if scores:
             rows_i = np.arange(len(tokens))
             lps = log_softmax(adjusted.astype(np.float64))[rows_i, tokens]
-            if forced.any():
+            if forced is not None and forced.any():
                 raw = log_softmax(logits[forced].astype(np.float64))
                 lps[forced] = raw[np.arange(len(raw)), tokens[forced]]
         ended = (tokens == single_end) if single_end is not None else np.isin(tokens, ends)
-        if forcing.on:
+        if forced is not None:
             ended &= ~forced
         alive = ~ended
         if stop is not None:
             for i in np.flatnonzero(alive).tolist():
                 r = int(active[i])
                 seqs[r].append(int(tokens[i]))
-                if not forced[i] and stop(r, seqs[r]):
+                if (forced is None or not forced[i]) and stop(r, seqs[r]):
                     alive[i] = False
         yield Step(active, tokens, lps, ended)
         if forcing.on:
             alive &= t + 1 < limit[active]
         elif t + 1 == opts.max_new_tokens:
             return
-        if not alive.any():
+        n_alive = int(np.count_nonzero(alive))
+        if n_alive == 0:
             return
-        if not alive.all():
+        if n_alive < len(alive):
             keep = np.flatnonzero(alive)
             stepper.select(keep)
             penalties.select(keep)

@@ -68,6 +68,10 @@ class CachedDecoder:
         self.buffers = {n: np.zeros((batch, *self.shape), np.float32) for n in self.names}
         self.n = batch  # rows in use
         self.lengths = np.zeros(batch, dtype=np.int64)
+        # lengths.max(), and whether every row is that long (batch 1 always): kept as Python
+        # values so that a step needs no reduction over the rows
+        self.longest, self.uniform = 0, True
+        self.ones = np.ones(batch * capacity, dtype=np.int64)  # masks of uniform rows: views
         # per original batch row; contiguous and held here: a bound OrtValue does not own memory
         self.static_full = {k: np.ascontiguousarray(v) for k, v in (static or {}).items()}
         self.source = np.arange(batch)  # original batch row of each row
@@ -110,17 +114,23 @@ class CachedDecoder:
         self.step_bound = False
         return self._run(new_lengths, int(new_lengths.max()))
 
-    def _run(self, new_lengths: np.ndarray, longest: int) -> np.ndarray:
-        """Bind the mask of `new_lengths` (rows right-padded to `longest`) and run."""
+    def _run(
+        self, new_lengths: np.ndarray, longest: int, uniform: bool | None = None
+    ) -> np.ndarray:
+        """Bind the mask of `new_lengths` (rows right-padded to `longest`; `uniform`: all rows
+        that long, None: check) and run."""
         if longest > self.shape[1]:
             raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
-        if new_lengths.min() == longest:  # every row as long: a mask of ones (batch 1 always)
-            mask = np.ones((len(new_lengths), longest), dtype=np.int64)
+        if uniform is None:
+            uniform = bool(new_lengths.min() == longest)
+        n = len(new_lengths)
+        if uniform:  # a mask of ones: a view of the preallocated ones
+            mask = self.ones[: n * longest].reshape(n, longest)
         else:
             mask = (np.arange(longest)[None, :] < new_lengths[:, None]).astype(np.int64)
         self.io.bind_cpu_input("attention_mask", mask)
         self.graph.session.run_with_iobinding(self.io)
-        self.lengths = new_lengths
+        self.lengths, self.longest, self.uniform = new_lengths, longest, uniform
         return self.logits
 
     def prefill(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -136,6 +146,8 @@ class CachedDecoder:
             self.io.bind_ortvalue_input("input_ids", _ortvalue(self.step_ids[:n]))
             self.io.bind_ortvalue_input("position_ids", _ortvalue(self.step_positions[:n]))
             self.step_bound = True
+        if self.uniform:
+            return self._run(lengths + 1, self.longest + 1, True)
         return self._run(lengths + 1, int(lengths.max()) + 1)
 
     # -- row selection -------------------------------------------------------------------------
@@ -150,12 +162,15 @@ class CachedDecoder:
             for k, buf in self.buffers.items():
                 grown[k][:n, :, :filled] = buf[rows, :, :filled]
             self.buffers, self.rows = grown, n
+            self.ones = np.ones(n * self.shape[1], dtype=np.int64)
             self.step_ids = np.zeros((n, 1), dtype=np.int64)
             self.step_positions = np.zeros((n, 1), dtype=np.int64)
         else:
             for buf in self.buffers.values():
                 buf[:n, :, :filled] = buf[rows, :, :filled]  # fancy index copies first: safe
         self.lengths, self.n = self.lengths[rows], n
+        self.longest = int(self.lengths.max(initial=0))
+        self.uniform = bool(self.lengths.min(initial=0) == self.longest)
         source = self.source[rows]
         if not np.array_equal(source, self.source) and self.static_full:
             self.static = {k: v[source] for k, v in self.static_full.items()}
