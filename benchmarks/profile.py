@@ -46,10 +46,12 @@ def decode_step_ops(
     """Kernel time per op type for one decoder step, from onnxruntime's profiler."""
     import onnxruntime as ort
 
-    from .stacks import ort_options
+    from edgeformer.runtime.session import SPINNING, session_options
 
     with tempfile.TemporaryDirectory() as tmp:
-        so = ort_options(threads, profile_file=os.path.join(tmp, "ort"))
+        so = session_options(threads, SPINNING["decoder"])  # the runtime's, plus the profiler
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(tmp, "ort")
         sess = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         dec = _stepper(sess, cfg, past, 16, rng)

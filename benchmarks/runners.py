@@ -82,8 +82,9 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore")
 
 
-def ort_options(threads: int, spinning: bool | None = None, profile_file: str | None = None):
-    """SessionOptions used for every onnxruntime session we create ourselves."""
+def ort_options(threads: int, spinning: bool | None = None):
+    """SessionOptions of the peers' onnxruntime sessions (Optimum) and of the encoder timing
+    session (the runtime's own sessions come from edgeformer.runtime.session)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -92,9 +93,6 @@ def ort_options(threads: int, spinning: bool | None = None, profile_file: str | 
     so.log_severity_level = 3
     if spinning is not None:
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    if profile_file:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile_file
     return so
 
 

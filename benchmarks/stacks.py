@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from . import artifacts, runners
-from .runners import Runner, ort_options  # noqa: F401  (ort_options: for profile.py)
+from .runners import Runner
 from .settings import Job
 from .shapes import Shape, make_inputs
 
