@@ -62,7 +62,6 @@ class Graph:
     nodes: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
-    used: dict[str, None] = field(default_factory=dict)  # initializers this graph reads
     consts: list = field(default_factory=list)  # small inline constants
     n: int = 0
 
@@ -79,7 +78,6 @@ class Graph:
     def weight(self, name: str, value: np.ndarray) -> str:
         if name not in self.inits:
             self.inits[name] = np.ascontiguousarray(value)
-        self.used[name] = None
         return name
 
     def const(self, value, dtype=np.int64) -> str:
@@ -114,10 +112,10 @@ class Graph:
         """ModelProto, initializers inline (package.write_graphs moves the large ones out)."""
         from onnx import helper, numpy_helper
 
-        # only what a node reads: a weight registered for another form of it (the MHA query bias
-        # inside its packed qkv bias, a quantized table read as rows) is not written twice
-        read = {x for node in self.nodes for x in node.input}
-        inits = [numpy_helper.from_array(self.inits[n], n) for n in self.used if n in read]
+        # the weights its nodes read, nothing else: one registered for another form of it (the
+        # MHA query bias inside its packed qkv bias, a quantized table read as rows) stays out
+        read = dict.fromkeys(x for node in self.nodes for x in node.input)
+        inits = [numpy_helper.from_array(self.inits[n], n) for n in read if n in self.inits]
         g = helper.make_graph(
             self.nodes, self.name, self.inputs, self.outputs, [*inits, *self.consts]
         )
