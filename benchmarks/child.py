@@ -123,12 +123,11 @@ def floor(job: Job) -> int:
     from edgeformer.runtime.package import load_package
 
     from . import artifacts, profile
-    from .stacks import for_job, get_stack
+    from .stacks import for_job, get_stack, package_of
 
     quiet_libraries()
     artifacts.READ_ONLY = True
-    llama = for_job(get_stack(job.stack), job).vocab == "llama"
-    path = artifacts.llama_package_for(job) if llama else artifacts.package_for(job)
+    path = package_of(for_job(get_stack(job.stack), job), job)
     graph = load_package(path, verify=False).file("decoder", "fp32")
     n_bytes = profile.linear_weight_bytes(graph)
     ms = profile.floor_ms(n_bytes, job.shape.cfg.d_model, job.threads)

@@ -347,8 +347,8 @@ def _profile(job: Job, names: list[str]) -> dict:
     onnxruntime stack's W1 time outside session.run."""
     from edgeformer.runtime.package import load_package
 
-    from . import artifacts, profile
-    from .stacks import get_stack
+    from . import profile
+    from .stacks import get_stack, package_of
 
     shape, threads = job.shape, job.settings.threads
     out: dict = {}
@@ -357,9 +357,7 @@ def _profile(job: Job, names: list[str]) -> dict:
         if not s.variant or s.device != "cpu" or s.precision == "fp16":
             continue
         try:
-            llama = s.vocab == "llama"  # the edgeformer-llama-* stacks' package
-            path = artifacts.llama_package_for(job) if llama else artifacts.package_for(job)
-            pkg = load_package(path, verify=False)
+            pkg = load_package(package_of(s, job), verify=False)
             out.setdefault("decode_step", {})[name] = profile.decode_step_ops(
                 pkg.file("decoder", s.variant), shape.cfg, threads
             )

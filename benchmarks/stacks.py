@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from . import artifacts, runners
@@ -164,6 +165,13 @@ def for_job(stack: Stack, job: Job) -> Stack:
     if stack.vocab == "ours" and artifacts.hf_weights(job):
         return dataclasses.replace(stack, vocab="hf", ref="hf-torch")
     return stack
+
+
+def package_of(stack: Stack, job: Job) -> Path:
+    """The package one of our runtime stacks runs: the converted Llama's for the
+    edgeformer-llama-* stacks, the job's package otherwise."""
+    llama = stack.vocab == "llama"
+    return artifacts.llama_package_for(job) if llama else artifacts.package_for(job)
 
 
 def missing_modules(stack: Stack) -> list[str]:
