@@ -148,6 +148,22 @@ def test_nan_logits_raise():
         beam_search(bad, m, GenerationOptions(num_beams=2), IN)
 
 
+def test_banned_rows_are_told_from_bad_logits():
+    """Greedy and sampling ban tokens in the step's logits in place: a row with every token
+    banned is still an error of its own, and NaN / +inf from the model are still caught."""
+    m = Markov(0)
+    all_banned = DecodeInputs(EOS, banned=[t for t in range(V) if t != EOS])
+    for sampling in (False, True):
+        opts = GenerationOptions(max_new_tokens=3, ignore_eos=True, sampling=sampling, seed=0)
+        with pytest.raises(ValueError, match="every token is banned"):
+            generate(m.first(), m, opts, all_banned)
+        for bad_value in (np.nan, np.inf):
+            bad = m.first()
+            bad[0, 3] = bad_value
+            with pytest.raises(FloatingPointError):
+                generate(bad, m, GenerationOptions(sampling=sampling, seed=0), IN)
+
+
 @pytest.mark.parametrize(
     "kw",
     [
