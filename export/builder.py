@@ -15,8 +15,10 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
 - grouped-query attention: the cache buffers hold the G key/value heads (kv_num_heads);
 - the decoder returns logits for the last position of each row only, (B, V), plus the logits
   bias when the model has one (the head's Gemm / MatMulNBits bias);
-- linear layers are MatMul (float) or `MatMulNBits` (4/8-bit weights, bias fused); the embedding
-  is a Gather or a `GatherBlockQuantized` that shares its table with a tied output projection.
+- linear layers are MatMul (float), `MatMulNBits` (4/8-bit weights, bias fused) or
+  `DynamicQuantizeMatMul` (int8, bias fused); the embedding is a Gather or a
+  `GatherBlockQuantized` that shares its table with a tied output projection (an
+  encoder-decoder's int8-dynamic: the head's int8 values, stored once more row-major).
 
 Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, G key/value heads,
 D head dim, V vocab.
@@ -232,13 +234,13 @@ class Builder:
 
     def linear(self, g: Graph, x: str, mod, name: str, add_bias: bool = True, bits=None):
         """y = x W^T (+ b). Returns (y, bias name or None); the bias is left to the consumer
-        when add_bias is False (SkipLayerNorm, BiasGelu and MultiHeadAttention take one)."""
+        when add_bias is False (the residual Add, BiasGelu and MultiHeadAttention take one),
+        except by DynamicQuantizeMatMul, which always adds it itself."""
         w = _f32(mod.weight)  # (N, K), PyTorch layout
         bias = None if mod.bias is None else g.weight(f"{name}.bias", _f32(mod.bias))
         bits = self.spec.bits if bits is None else bits
-        if bits and self.spec.method == "dynamic":
-            y = self._dynamic(g, x, name, w, bias if (bias and add_bias) else None)
-            return (y, None) if add_bias else (y, bias)
+        if bits and self.spec.method == "dynamic":  # its bias is free in the GEMM's epilogue
+            return self._dynamic(g, x, name, w, bias), None
         if bits:
             H = self.hessians.get(getattr(mod, "source", mod))
             packed, scales = self._nbits(g, name, w, bits, H)
@@ -270,13 +272,22 @@ class Builder:
         )  # fmt: skip
 
     def _int8_rows(self, g: Graph, ids: str) -> str:
-        """Embedding rows read from the tied head's int8 (C, V) matrix and per-token scales
-        (one table for both): Gather along V, (C, B, T) -> (B, T, C), times the row's scale."""
+        """Embedding rows from the tied head's int8 values and per-token scales (the same
+        numbers), times the row's scale. An encoder-decoder stores the values once more
+        row-major (V, C), a Gather of whole rows: gathering them as columns of the head's
+        (C, V) matrix copies one byte per element, 13 % of the encoder's kernel time at batch
+        32 (README design notes). A decoder-only model, which gathers only its prompts and one
+        token per row and step, keeps the one table (its package stays within the size bound).
+        """
         from onnx import TensorProto as TP
 
         q, scales, _ = self._int8_columns(g, "embed", self.table)
-        cols = g.op("Gather", [q, ids], axis=1)
-        rows = g.op("Cast", [g.op("Transpose", [cols], perm=[1, 2, 0])], to=TP.FLOAT)
+        if self.cfg.family == "encoder-decoder":
+            table = g.weight("embed.qcol8.rows", self.inits[q].T)
+            rows = g.op("Cast", [g.op("Gather", [table, ids])], to=TP.FLOAT)
+        else:
+            cols = g.op("Gather", [q, ids], axis=1)
+            rows = g.op("Cast", [g.op("Transpose", [cols], perm=[1, 2, 0])], to=TP.FLOAT)
         scale = g.op("Unsqueeze", [g.op("Gather", [scales, ids]), g.const([-1])])
         return g.op("Mul", [rows, scale])
 
