@@ -17,8 +17,8 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
   bias when the model has one (the head's Gemm / MatMulNBits bias);
 - linear layers are MatMul (float), `MatMulNBits` (4/8-bit weights, bias fused) or
   `DynamicQuantizeMatMul` (int8, bias fused); the embedding is a Gather or a
-  `GatherBlockQuantized` that shares its table with a tied output projection (an
-  encoder-decoder's int8-dynamic: the head's int8 values, stored once more row-major).
+  `GatherBlockQuantized` that shares its table with a tied output projection (int8-dynamic:
+  rows of the transposed head table, which onnxruntime folds into a constant at load).
 
 Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, G key/value heads,
 D head dim, V vocab.
@@ -272,22 +272,18 @@ class Builder:
         )  # fmt: skip
 
     def _int8_rows(self, g: Graph, ids: str) -> str:
-        """Embedding rows from the tied head's int8 values and per-token scales (the same
-        numbers), times the row's scale. An encoder-decoder stores the values once more
-        row-major (V, C), a Gather of whole rows: gathering them as columns of the head's
-        (C, V) matrix copies one byte per element, 13 % of the encoder's kernel time at batch
-        32 (README design notes). A decoder-only model, which gathers only its prompts and one
-        token per row and step, keeps the one table (its package stays within the size bound).
-        """
+        """Embedding rows from the tied head's int8 (C, V) values and per-token scales (one
+        table for both): a Gather of whole rows of its transpose, times the row's scale.
+        onnxruntime folds the Transpose of the constant table into a row-major copy when it
+        loads the graph (constant folding, any optimization level but none: V x C bytes of
+        memory, none in the package); gathering the rows as columns of the (C, V) table
+        instead copies one byte per element, 13 % of the encoder's kernel time at batch 32
+        (README design notes)."""
         from onnx import TensorProto as TP
 
         q, scales, _ = self._int8_columns(g, "embed", self.table)
-        if self.cfg.family == "encoder-decoder":
-            table = g.weight("embed.qcol8.rows", self.inits[q].T)
-            rows = g.op("Cast", [g.op("Gather", [table, ids])], to=TP.FLOAT)
-        else:
-            cols = g.op("Gather", [q, ids], axis=1)
-            rows = g.op("Cast", [g.op("Transpose", [cols], perm=[1, 2, 0])], to=TP.FLOAT)
+        table = g.op("Transpose", [q], perm=[1, 0])  # (V, C), a constant after folding
+        rows = g.op("Cast", [g.op("Gather", [table, ids])], to=TP.FLOAT)
         scale = g.op("Unsqueeze", [g.op("Gather", [scales, ids]), g.const([-1])])
         return g.op("Mul", [rows, scale])
 
