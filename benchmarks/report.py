@@ -39,6 +39,23 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# the instruction sets that pick onnxruntime's and CTranslate2's kernels (int8 GEMMs on VNNI):
+# results of hosts that differ here are not comparable
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu_features() -> str:
+    """Which of CPU_FEATURES this CPU has (Linux /proc/cpuinfo; '' where unknown)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return " ".join(f for f in CPU_FEATURES if f in flags)
+    except OSError:
+        pass
+    return ""
+
+
 def versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -54,6 +71,7 @@ def environment(threads: int) -> dict:
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_features": cpu_features(),
         "threads": threads,
         "platform": platform.platform(),
         "versions": versions(),
@@ -216,7 +234,9 @@ def markdown(results: dict) -> str:
     lines = [
         "# edgeformer bench",
         "",
-        f"{meta['date']} · {meta['cpu']} ({meta['cpu_count']} CPUs) · {meta['threads']} threads"
+        f"{meta['date']} · {meta['cpu']} ({meta['cpu_count']} CPUs"
+        + (f"; {meta['cpu_features']}" if meta.get("cpu_features") else "")
+        + f") · {meta['threads']} threads"
         f" · {st['rounds']} rounds, {st['warmup']} warm-up" + (" · QUICK" if st["quick"] else ""),
         "",
         f"Versions: {vs}.",

@@ -50,6 +50,11 @@ def test_quick_bench_end_to_end(tmp_path):
     assert {"meta", "settings", "shapes", "stacks", "workloads", "sweep", "targets"} <= set(res)
     meta = res["meta"]
     assert meta["threads"] == 2 and meta["cpu"] and meta["versions"]["onnxruntime"]
+    # the instruction sets behind the kernels, as /proc/cpuinfo lists them (Linux)
+    if Path("/proc/cpuinfo").exists():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
+        assert meta["cpu_features"].split() == [f for f in report.CPU_FEATURES if f in flags]
     assert res["settings"]["quick"] and res["settings"]["selected"] == stacks
     assert res["shapes"]["lm"]["d_model"] == 64
     info = res["stacks"]["lm"]
