@@ -29,14 +29,19 @@ PACKAGES = (
 )  # fmt: skip
 
 
-def cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The first `field : value` of Linux's /proc/cpuinfo (None where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 # the instruction sets that pick onnxruntime's and CTranslate2's kernels (int8 GEMMs on VNNI):
@@ -45,15 +50,9 @@ CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
 
 
 def cpu_features() -> str:
-    """Which of CPU_FEATURES this CPU has (Linux /proc/cpuinfo; '' where unknown)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return " ".join(f for f in CPU_FEATURES if f in flags)
-    except OSError:
-        pass
-    return ""
+    """Which of CPU_FEATURES this CPU has ('' where /proc/cpuinfo lists no flags)."""
+    flags = set((_cpuinfo("flags") or "").split())
+    return " ".join(f for f in CPU_FEATURES if f in flags)
 
 
 def versions() -> dict[str, str | None]:
