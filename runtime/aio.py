@@ -15,11 +15,27 @@ import asyncio
 import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 _END = object()
+
+
+class _Deferred(Future):
+    """A future whose call runs on the thread that first asks for its result (one worker)."""
+
+    def __init__(self, call: Callable[[], Any]):
+        super().__init__()
+        self._call = call
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self.done() and self.set_running_or_notify_cancel():
+            try:
+                self.set_result(self._call())
+            except BaseException as e:
+                self.set_exception(e)
+        return super().result(timeout)
 
 
 class WorkerPool:
@@ -37,11 +53,13 @@ class WorkerPool:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="edgeformer")
             return self._pool
 
-    def map(self, fn: Callable[[T], Any], items: list[T]) -> Iterator[Any]:
-        """fn over items, in order: on the calling thread with one worker, else on the pool."""
+    def start(self, fn: Callable[[T], Any], items: list[T]) -> list[Future]:
+        """fn over items, a future per item in order. On a pool every item is submitted now;
+        with one worker nothing runs until a result is asked for, then on the asking thread."""
         if self.workers == 1:
-            return map(fn, items)
-        return self.executor().map(fn, items)
+            return [_Deferred(functools.partial(fn, item)) for item in items]
+        pool = self.executor()
+        return [pool.submit(fn, item) for item in items]
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """fn(*args, **kwargs) on the pool, awaited."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from edgeformer.runtime import Translator
@@ -85,6 +87,49 @@ def test_translate_iterable_is_lazy(translator):
     first = next(iter(translator.translate_iterable(texts(), max_batch_size=2, max_new_tokens=2)))
     assert isinstance(first, str)
     assert len(seen) <= 2 * 16  # one read-ahead buffer, not the whole input
+
+
+def test_workers_start_the_next_buffer_before_the_last_is_given(ed_package, translator):
+    """inter_threads > 1: buffer k + 1 is read and started before buffer k's results come
+    (the workers never wait at a buffer's end); at most two buffers are read ahead, results
+    stay in input order, and a consumer that stops leaves nothing queued."""
+    parallel = Translator(ed_package, threads=1, inter_threads=2)
+    calls: list[int] = []
+    gate = threading.Event()
+    translate_ids = parallel.translate_ids
+    first_buffer = 12  # 32 texts: 24 non-empty, in sub-batches of 2
+
+    def counted(sources, opts):
+        calls.append(len(sources))
+        if len(calls) > first_buffer:  # the second buffer's sub-batches wait for the test
+            gate.wait(10)
+        return translate_ids(sources, opts)
+
+    parallel.translate_ids = counted  # type: ignore[method-assign]
+    seen: list[int] = []
+
+    def texts():
+        for i in range(10_000):
+            seen.append(i)
+            yield TEXTS[i % len(TEXTS)]
+
+    stream = iter(parallel.translate_iterable(texts(), max_batch_size=2, max_new_tokens=2))
+    first = next(stream)
+    assert first == translator.translate_batch(TEXTS[:1], max_new_tokens=2)[0]
+    assert len(seen) == 2 * 2 * 16  # two read-ahead buffers: the second was started
+    stream.close()  # the second buffer's sub-batches not yet running are cancelled
+    gate.set()
+    parallel.batch_pool.close()
+    assert first_buffer < len(calls) <= first_buffer + 2  # at most one per worker ran on
+    want = translator.translate_batch(TEXTS * 9, max_new_tokens=3)
+    assert list(parallel.translate_iterable(TEXTS * 9, 2, max_new_tokens=3)) == want
+
+
+def test_a_bad_item_of_a_later_buffer_is_named_and_stops_the_workers(ed_package):
+    parallel = Translator(ed_package, threads=1, inter_threads=2)
+    texts = ["a man ."] * 40 + ["word " * 500] + ["a cat ."] * 40
+    with pytest.raises(ValueError, match=r"texts\[40\].*max_len"):
+        list(parallel.translate_iterable(texts, max_batch_size=2, max_new_tokens=2))
 
 
 def test_translate_iterable_names_a_bad_item(translator):
