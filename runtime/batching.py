@@ -172,10 +172,14 @@ def translate_stream(
 
     def finish(b: _Buffer) -> list[str]:
         out = [""] * b.size
-        for picked, future in zip(b.batches, b.futures):
-            for i, ids in zip(picked, future.result()):
-                out[i] = model.decode(ids)
-                stats.target_tokens += len(ids)
+        try:
+            for picked, future in zip(b.batches, b.futures):
+                for i, ids in zip(picked, future.result()):
+                    out[i] = model.decode(ids)
+                    stats.target_tokens += len(ids)
+        except BaseException:
+            b.cancel()  # its sub-batches not yet started
+            raise
         stats.sentences += b.size
         stats.source_tokens += b.source_tokens
         stats.seconds = time.perf_counter() - stats.started

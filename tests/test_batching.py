@@ -119,10 +119,30 @@ def test_workers_start_the_next_buffer_before_the_last_is_given(ed_package, tran
     assert len(seen) == 2 * 2 * 16  # two read-ahead buffers: the second was started
     stream.close()  # the second buffer's sub-batches not yet running are cancelled
     gate.set()
-    parallel.batch_pool.close()
+    parallel.batch_pool.executor().shutdown(wait=True)  # whatever was left has run
     assert first_buffer < len(calls) <= first_buffer + 2  # at most one per worker ran on
     want = translator.translate_batch(TEXTS * 9, max_new_tokens=3)
     assert list(parallel.translate_iterable(TEXTS * 9, 2, max_new_tokens=3)) == want
+
+
+def test_a_failing_sub_batch_cancels_those_not_started(ed_package):
+    parallel = Translator(ed_package, threads=1, inter_threads=2)
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def failing(sources, opts):
+        calls.append(len(sources))
+        if len(calls) == 1:
+            raise RuntimeError("sub-batch failed")
+        gate.wait(10)  # the others wait until the error has reached the caller
+        return [[] for _ in sources]
+
+    parallel.translate_ids = failing  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="sub-batch failed"):
+        list(parallel.translate_iterable(["a man ."] * 100, max_batch_size=2, max_new_tokens=2))
+    gate.set()
+    parallel.batch_pool.executor().shutdown(wait=True)  # whatever was left has run
+    assert len(calls) <= 3  # the failed one and at most one more per worker, of 50
 
 
 def test_a_bad_item_of_a_later_buffer_is_named_and_stops_the_workers(ed_package):
