@@ -75,8 +75,9 @@ class WorkerPool:
                 return
             yield item
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
+        """Stop the threads (wait: until what was submitted has run); the next call starts new."""
         with self._lock:
             if self._pool is not None:
-                self._pool.shutdown(wait=False)
+                self._pool.shutdown(wait=wait)
                 self._pool = None

@@ -119,7 +119,7 @@ def test_workers_start_the_next_buffer_before_the_last_is_given(ed_package, tran
     assert len(seen) == 2 * 2 * 16  # two read-ahead buffers: the second was started
     stream.close()  # the second buffer's sub-batches not yet running are cancelled
     gate.set()
-    parallel.batch_pool.executor().shutdown(wait=True)  # whatever was left has run
+    parallel.batch_pool.close(wait=True)  # whatever was left has run
     assert first_buffer < len(calls) <= first_buffer + 2  # at most one per worker ran on
     want = translator.translate_batch(TEXTS * 9, max_new_tokens=3)
     assert list(parallel.translate_iterable(TEXTS * 9, 2, max_new_tokens=3)) == want
@@ -141,7 +141,7 @@ def test_a_failing_sub_batch_cancels_those_not_started(ed_package):
     with pytest.raises(RuntimeError, match="sub-batch failed"):
         list(parallel.translate_iterable(["a man ."] * 100, max_batch_size=2, max_new_tokens=2))
     gate.set()
-    parallel.batch_pool.executor().shutdown(wait=True)  # whatever was left has run
+    parallel.batch_pool.close(wait=True)  # whatever was left has run
     assert len(calls) <= 3  # the failed one and at most one more per worker, of 50
 
 
