@@ -39,7 +39,8 @@ class _Deferred(Future):
 
 
 class WorkerPool:
-    """A lazily started thread pool (no threads until the first async call)."""
+    """A lazily started thread pool (no threads until first used: the async calls, and
+    Translator.batch_pool's sub-batches)."""
 
     def __init__(self, workers: int = 1, name: str = "async_workers"):
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
