@@ -25,19 +25,29 @@ import numpy as np
 
 def _stepper(session, cfg, past: int, src: int, rng):
     """The runtime's CachedDecoder over `session`, batch 1, with `past` positions prefilled
-    (ED: random cross K/V for a source of `src` tokens)."""
+    (ED: random cross K/V for a source of `src` tokens), and the graph runs that took."""
     from edgeformer.runtime.package import cross_names
     from edgeformer.runtime.steppers import CachedDecoder, Graph
 
     H, D, L = cfg.n_heads, cfg.d_model // cfg.n_heads, cfg.n_decoder_layers
     static = None
-    if cfg.family == "encoder-decoder":
-        static = {n: rng.standard_normal((1, H, src, D)).astype(np.float32) for n in cross_names(L)}
+    ed = cfg.family == "encoder-decoder"
+    if ed:  # the K/V (1, H, S, D) and the last source token's (1, 1, C)
+        shapes = {"key": (1, H, src, D), "value": (1, H, src, D)}
+        static = {
+            n: rng.standard_normal(shapes.get(n.rsplit(".", 1)[1], (1, 1, H * D)))
+            .astype(np.float32) for n in cross_names(L)
+        }  # fmt: skip
         static["encoder_attention_mask"] = np.ones((1, src), np.int64)
     dec = CachedDecoder(Graph(session), cfg.family, L, H, D, cfg.max_len, 1, static)
     ids = rng.integers(4, cfg.vocab_size, (1, past), dtype=np.int64)
+    if ed:  # its decoder takes one token per call
+        dec.prefill(ids[:, :1], np.ones_like(ids[:, :1]))
+        for t in ids[0, 1:]:
+            dec.step(np.array([t]))
+        return dec, past
     dec.prefill(ids, np.ones_like(ids))
-    return dec
+    return dec, 1
 
 
 def decode_step_ops(
@@ -54,7 +64,7 @@ def decode_step_ops(
         so.profile_file_prefix = os.path.join(tmp, "ort")
         sess = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
-        dec = _stepper(sess, cfg, past, 16, rng)
+        dec, filling = _stepper(sess, cfg, past, 16, rng)
         tokens = rng.integers(4, cfg.vocab_size, (1,), dtype=np.int64)
         walls = []
         for i in range(warmup + steps):
@@ -66,7 +76,7 @@ def decode_step_ops(
     runs = sorted(
         (e for e in trace if e.get("cat") == "Session" and e.get("name") == "model_run"),
         key=lambda e: e["ts"],
-    )[1 + warmup :]  # the prefill, then the warm-up steps
+    )[filling + warmup :]  # the prefill, then the warm-up steps
     if not runs:
         return {"error": "the profiler recorded no model_run events"}
     start = runs[0]["ts"]

@@ -5,8 +5,9 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
 - self-attention is one com.microsoft `GroupQueryAttention` over a packed QKV projection, reading
   and writing a preallocated (B, H, M, D) cache buffer in place (`past_key_values.*` and
   `present.*` are the same buffer when the runtime binds them so);
-- cross-attention is one `MultiHeadAttention` over cross K/V that the encoder graph computes
-  once, in (B, H, S, D) layout;
+- cross-attention is one `GroupQueryAttention` step over cross K/V that the encoder graph
+  computes once, in (B, H, S, D) layout, with each row's last source token's K/V as the step's
+  "new" K/V (the decoder takes one token per call; Builder.cross_attention);
 - every residual + LayerNorm is Add + `LayerNormalization` (RMSNorm: `SimplifiedLayer-
   Normalization`), not the fused `SkipLayerNormalization` (slower on CPU: Builder.skip_norm);
   the sublayer's output bias is an Add after the residual one; GELU with its bias is one
@@ -427,16 +428,26 @@ class Builder:
 
         return f
 
-    def cross_attention(self, g: Graph, cross, name: str, kv: Sequence[str], mask32: str):
+    def cross_attention(self, g: Graph, cross, name: str, kv: Sequence[str], lengths):
+        """One new token's attention over the encoder's K/V, as a GroupQueryAttention step.
+
+        kv: the (B, H, S, D) K/V buffers and each row's last-source-token K/V (B, 1, C).
+        GQA takes the latter as the step's "new" key/value, writes them at position
+        seqlens_k = L_b - 1 (where they already are: the buffer is unchanged) and attends over
+        positions 0 .. L_b - 1, so each row sees its own source and no padding, without a
+        mask. It is the same attention as MultiHeadAttention's and ~1.9x faster on the CPU
+        (onnxruntime 1.32: 39 vs 75 us at 32 rows, 4 heads, 14 source tokens).
+        """
+        seqlens_k, total = lengths
+
         def f(h):
-            q, bq = self.linear(g, h, cross.q, f"{name}.q", add_bias=False)
-            ins = [q, kv[0], kv[1]]
-            if bq:  # MultiHeadAttention takes the q, k, v biases as one (3C,) vector
-                bias = np.concatenate([self.inits[bq], np.zeros(2 * self.C, np.float32)])
-                ins.append(g.weight(f"{name}.qkv_bias", bias))
-            else:
-                ins.append("")
-            y = g.op("MultiHeadAttention", [*ins, mask32], domain=MS, num_heads=self.H)
+            q, _ = self.linear(g, h, cross.q, f"{name}.q")
+            key, value, last_key, last_value = kv
+            y, pk, pv = g.op(
+                "GroupQueryAttention", [q, last_key, last_value, key, value, seqlens_k, total],
+                3, MS, num_heads=self.H, kv_num_heads=self.H,
+            )  # fmt: skip
+            self.cross_presents += [pk, pv]
             return self.linear(g, y, cross.out, f"{name}.out", add_bias=False)
 
         return f
@@ -490,13 +501,19 @@ class Builder:
         memory = self.residual_stack(g, x, pos, sublayers, norms, last=False)
         outs = io_names("encoder-decoder", self.cfg.n_decoder_layers)["encoder"]["outputs"]
         B, S = "batch", "src_len"
+        # each row's last source position (B, 1): its K/V are the cross GQA's "new" K/V
+        last = g.op("Sub", [g.op("ReduceSum", [mask, g.const([1])], keepdims=1), g.const(1)])
         for i, layer in enumerate(m.decoder):
             kv, _ = self.linear(g, memory, layer.cross.kv, f"dec.{i}.cross.kv")
             k, v = g.op("Split", [kv], 2, axis=-1, num_outputs=2)
-            for t, out in zip((k, v), outs[2 * i : 2 * i + 2]):
+            key, value, last_key, last_value = outs[4 * i : 4 * i + 4]
+            for t, out in ((k, key), (v, value)):
                 t = g.op("Reshape", [t, g.const([0, 0, self.H, self.D])])
                 t = g.op("Transpose", [t], perm=[0, 2, 1, 3])
                 g.output(t, out, TP.FLOAT, [B, self.H, S, self.D])
+            for t, out in ((k, last_key), (v, last_value)):
+                t = g.op("GatherND", [t, last], batch_dims=1)  # (B, C)
+                g.output(g.op("Unsqueeze", [t, g.const([1])]), out, TP.FLOAT, [B, 1, self.C])
         return g
 
     def _encoder_attention(self, g: Graph, attn, name: str, mask32: str, position_ids: str):
@@ -513,6 +530,18 @@ class Builder:
 
         return f
 
+    @staticmethod
+    def gqa_lengths(g: Graph, mask: str) -> tuple[str, str]:
+        """GroupQueryAttention's lengths from a right-padded (B, L) mask: seqlens_k (B,) =
+        tokens per row - 1, total_sequence_length = L (int32)."""
+        from onnx import TensorProto as TP
+
+        seqlens = g.op("ReduceSum", [mask, g.const([1])], keepdims=0)
+        seqlens_k = g.op("Cast", [g.op("Sub", [seqlens, g.const(1)])], to=TP.INT32)
+        total = g.op("Cast", [g.op("Gather", [g.op("Shape", [mask]), g.const(1)], axis=0)],
+                     to=TP.INT32)  # fmt: skip
+        return seqlens_k, total
+
     def decoder(self) -> Graph:
         """One decoding step (or a prefill) over the shared cache; logits of the last position.
 
@@ -526,21 +555,18 @@ class Builder:
         ed = cfg.family == "encoder-decoder"
         g = Graph("decoder", self.inits)
         names = io_names(cfg.family, cfg.n_decoder_layers)["decoder"]
-        B, T, M = "batch", "tgt_len", "max_cache_len"
+        # an encoder-decoder step feeds one token per row (its cross-attention is a GQA step)
+        B, T, M = "batch", 1 if ed else "tgt_len", "max_cache_len"
         ids = g.input("input_ids", TP.INT64, [B, T])
         position_ids = g.input("position_ids", TP.INT64, [B, T])
         mask = g.input("attention_mask", TP.INT64, [B, "total_len"])
+        lengths = self.gqa_lengths(g, mask)
         if ed:
             enc_mask = g.input("encoder_attention_mask", TP.INT64, [B, "src_len"])
-            mask32 = g.op("Cast", [enc_mask], to=TP.INT32)
-        # GQA's lengths: seqlens_k = tokens in the cache after this step - 1; total = max
-        seqlens = g.op("ReduceSum", [mask, g.const([1])], keepdims=0)
-        seqlens_k = g.op("Cast", [g.op("Sub", [seqlens, g.const(1)])], to=TP.INT32)
-        total = g.op("Cast", [g.op("Gather", [g.op("Shape", [mask]), g.const(1)], axis=0)],
-                     to=TP.INT32)  # fmt: skip
-        lengths = (seqlens_k, total)
+            enc_lengths = self.gqa_lengths(g, enc_mask)
         past = [n for n in names["inputs"] if n.startswith("past_key_values")]
         self.presents: list[str] = []
+        self.cross_presents: list[str] = []
         layers = m.decoder if ed else m.layers
         sublayers = []
         for i, layer in enumerate(layers):
@@ -556,9 +582,10 @@ class Builder:
             )
             if ed:
                 for p in cross_kv:
-                    g.input(p, TP.FLOAT, [B, self.H, "src_len", self.D])
+                    last = ".last_" in p
+                    g.input(p, TP.FLOAT, [B, 1, self.C] if last else [B, self.H, "src_len", self.D])
                 sublayers.append(self.cross_attention(g, layer.cross, f"dec.{i}.cross", cross_kv,
-                                                      mask32))  # fmt: skip
+                                                      enc_lengths))  # fmt: skip
             sublayers.append(self.feed_forward(g, layer.ffn, f"dec.{i}.ffn"))
         norms = self.norms("dec", layers, m.dec_norm if ed else m.norm)
         h = self.residual_stack(
@@ -569,8 +596,11 @@ class Builder:
         h_last = g.op("GatherND", [h, last], batch_dims=1)  # (B, C)
         g.output(self.head(g, h_last), "logits", TP.FLOAT, [B, cfg.vocab_size])
         presents = [n for n in names["outputs"] if n.startswith("present.")]
-        for value, out in zip(self.presents, presents):
+        cross_presents = [n for n in presents if ".encoder." in n]
+        for value, out in zip(self.presents, presents[: len(self.presents)], strict=True):
             g.output(value, out, TP.FLOAT, [B, self.G, M, self.D])
+        for value, out in zip(self.cross_presents, cross_presents, strict=True):
+            g.output(value, out, TP.FLOAT, [B, self.H, "src_len", self.D])
         if LOGITS_3D in names["outputs"]:  # the same logits (B, 1, V), for onnxruntime-genai
             logits_3d = g.op("Unsqueeze", ["logits", g.const([1])])  # output renamed above
             g.output(logits_3d, LOGITS_3D, TP.FLOAT, [B, 1, cfg.vocab_size])

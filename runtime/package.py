@@ -1,4 +1,4 @@
-"""The model package: the contract between `edgeformer export` and the runtime (format 2).
+"""The model package: the contract between `edgeformer export` and the runtime (format 4).
 
 A package is a folder:
 
@@ -21,10 +21,13 @@ D head dim, V vocabulary; ids, positions and masks int64, masks 1 = real token):
 
   encoder      in  input_ids (B,S), attention_mask (B,S)                 (right-padded)
                out present.{i}.encoder.key|value (B,H,S,D)               cross K/V per layer
-  ED decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
+                   present.{i}.encoder.last_key|last_value (B,1,H*D)     row b's at S_b - 1
+  ED decoder   in  input_ids (B,1), position_ids (B,1), attention_mask (B,L),
                    encoder_attention_mask (B,S), past_key_values.{i}.decoder.key|value (B,G,M,D),
-                   past_key_values.{i}.encoder.key|value (B,H,S,D)
-               out logits (B,V), present.{i}.decoder.key|value (B,G,M,D)
+                   past_key_values.{i}.encoder.key|value (B,H,S,D),
+                   past_key_values.{i}.encoder.last_key|last_value (B,1,H*D)
+               out logits (B,V), present.{i}.decoder.key|value (B,G,M,D),
+                   present.{i}.encoder.key|value (B,H,S,D)
   LM decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
                    past_key_values.{i}.key|value (B,G,M,D)
                out logits (B,V), present.{i}.key|value (B,G,M,D)
@@ -37,7 +40,14 @@ tokens of row b are written at L_b - T ... L_b - 1 (prefill: right-padded prompt
 positions get position id 0 and mask 0). `logits` are those of each row's last new token, the
 one with the largest position id. Float tensors are float32.
 
-config.json keys: format ("edgeformer-package"), format_version (2), family, task (from the
+Format 4 (encoder-decoder): the decoder takes one token per row and call (T = 1), and its
+cross-attention is a GroupQueryAttention step whose "new" K/V are each row's last source
+token's (the encoder's last_key/last_value; S_b = encoder_attention_mask[b].sum()): it writes
+them back at position S_b - 1 of the cross K/V, where they already are, so bound to the same
+memory as past_key_values.{i}.encoder.* the cross buffers stay as the encoder made them.
+Formats 2 and 3 used MultiHeadAttention there (no last K/V, no cross presents; T any).
+
+config.json keys: format ("edgeformer-package"), format_version (4), family, task (from the
 checkpoint, e.g. {kind, src_lang, tgt_lang}), model (the ModelConfig dict), special_tokens
 {pad_id, bos_id, eos_id, unk_id}, opset, graphs {name: {inputs, outputs}}, variants {variant:
 {files: {graph: file}, weights, io_dtype, description}}, files {file: sha256}, min_onnxruntime.
@@ -55,8 +65,10 @@ from pathlib import Path
 import numpy as np
 
 PACKAGE_FORMAT = "edgeformer-package"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (2, 3)  # 2: `model` under ModelConfig's names, no logits_3d
+FORMAT_VERSION = 4
+# 2: `model` under ModelConfig's names, no logits_3d; 3: encoder-decoder cross-attention as
+# MultiHeadAttention (no last_key/last_value, no cross presents)
+READABLE_VERSIONS = (2, 3, 4)
 LOGITS_3D = "logits_3d"  # LM decoder, format 3: `logits` as (B, 1, V), for onnxruntime-genai
 # config.json's `model` uses Hugging Face's field names where one exists (format 3); the
 # runtime and ModelConfig use ours. Fields not listed keep their name in both.
@@ -199,9 +211,13 @@ def cache_names(family: str, n_layers: int, prefix: str = "past_key_values") -> 
     return [f"{prefix}.{i}{kind}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
 
 
-def cross_names(n_layers: int, prefix: str = "past_key_values") -> list[str]:
-    """The encoder-decoder's cross-attention K/V names (encoder outputs: prefix 'present')."""
-    return [f"{prefix}.{i}.encoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+def cross_names(
+    n_layers: int, prefix: str = "past_key_values", version: int = FORMAT_VERSION
+) -> list[str]:
+    """The encoder-decoder's cross-attention names per layer (encoder outputs: prefix 'present'):
+    K/V (B,H,S,D), then (format 4) the K/V of each row's last source token (B,1,H*D)."""
+    kinds = ("key", "value", "last_key", "last_value") if version >= 4 else ("key", "value")
+    return [f"{prefix}.{i}.encoder.{kv}" for i in range(n_layers) for kv in kinds]
 
 
 def io_names(
@@ -210,22 +226,27 @@ def io_names(
     """The input and output names of every graph of a package of this family (and format)."""
     step = ["input_ids", "position_ids", "attention_mask"]
     if family == "encoder-decoder":
+        cross = cross_names(n_layers, version=version)
+        per = len(cross) // n_layers
         past = [
             n
             for i in range(n_layers)
             for n in (
                 *cache_names(family, n_layers)[2 * i : 2 * i + 2],
-                *cross_names(n_layers)[2 * i : 2 * i + 2],
+                *cross[per * i : per * (i + 1)],
             )  # fmt: skip
         ]
+        # format 4: the cross K/V buffers come back as outputs (written in place, unchanged)
+        shared = [n for n in cross_names(n_layers, "present", version) if ".last_" not in n]
+        shared = shared if version >= 4 else []
         return {
             "encoder": {
                 "inputs": ["input_ids", "attention_mask"],
-                "outputs": cross_names(n_layers, "present"),
+                "outputs": cross_names(n_layers, "present", version),
             },
             "decoder": {
                 "inputs": [*step, "encoder_attention_mask", *past],
-                "outputs": ["logits", *cache_names(family, n_layers, "present")],
+                "outputs": ["logits", *cache_names(family, n_layers, "present"), *shared],
             },
         }
     extra = [LOGITS_3D] if version >= 3 else []  # format 2 had no 3-D logits

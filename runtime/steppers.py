@@ -4,9 +4,11 @@ The KV cache is one preallocated (N, G, M, D) buffer per layer and kind (G key/v
 bound through IO binding as both the graph's `past_key_values.*` input and its `present.*`
 output: GroupQueryAttention writes each new key/value in place, so a step copies no cache. Only the
 new token ids, positions and a small mask go in; only the (N, V) logits come out, into a
-preallocated array. `select` (finished rows dropped, beams reordered) gathers the filled
-prefix of each buffer by row index; the encoder's cross K/V are re-gathered only when the
-batch rows they belong to change (never between beams of the same source).
+preallocated array. An encoder-decoder's cross K/V (format 4) are bound the same way: the
+cross-attention's GQA writes each row's last source K/V back where they already are.
+`select` (finished rows dropped, beams reordered) gathers the filled prefix of each buffer by
+row index; the encoder's cross K/V are re-gathered only when the batch rows they belong to
+change (never between beams of the same source).
 
 One loop for every caller: the runtime's Translator / Generator, export's parity check and
 the benchmark all decode through `start_encoder_decoder` / `start_decoder_only`.
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from .package import LOGITS_3D, PackageConfig, cache_names, cross_names
+from .package import LOGITS_3D, PackageConfig, cache_names
 
 
 @dataclass
@@ -33,6 +35,10 @@ class Graph:
     def has_logits_3d(self) -> bool:
         """An LM decoder of format 3 (also returns the logits as (B, 1, V))."""
         return any(o.name == LOGITS_3D for o in self.session.get_outputs())
+
+    @functools.cached_property
+    def output_names(self) -> frozenset[str]:
+        return frozenset(o.name for o in self.session.get_outputs())
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Plain run (the encoder): outputs in the graph's order, on the host."""
@@ -92,8 +98,13 @@ class CachedDecoder:
             value = _ortvalue(self.buffers[name][:n])
             io.bind_ortvalue_input(name, value)
             io.bind_ortvalue_output(name.replace("past_key_values", "present", 1), value)
+        outputs = self.graph.output_names
         for name, value in self.static.items():
-            io.bind_ortvalue_input(name, _ortvalue(value))
+            v = _ortvalue(value)
+            io.bind_ortvalue_input(name, v)
+            present = name.replace("past_key_values", "present", 1)
+            if present in outputs:  # format 4's cross K/V: GQA writes them back where they are
+                io.bind_ortvalue_output(present, v)
         vocab = self.graph.session.get_outputs()[0].shape[-1]
         self.logits = np.empty((n, vocab), np.float32)
         io.bind_ortvalue_output("logits", _ortvalue(self.logits))
@@ -185,8 +196,11 @@ def start_encoder_decoder(
     max_new: int,
 ) -> tuple[CachedDecoder, np.ndarray]:  # fmt: skip
     """Encode right-padded sources (B, S) and run the BOS step: (stepper, first logits (B, V))."""
-    cross = graphs["encoder"].run({"input_ids": src, "attention_mask": src_mask})
-    static = dict(zip(cross_names(cfg.n_layers), cross))
+    encoder = graphs["encoder"]
+    cross = encoder.run({"input_ids": src, "attention_mask": src_mask})
+    # the encoder's present.{i}.encoder.* are the decoder's past_key_values.{i}.encoder.*
+    names = [o.name.replace("present", "past_key_values", 1) for o in encoder.session.get_outputs()]
+    static = dict(zip(names, cross))
     static["encoder_attention_mask"] = src_mask
     capacity = min(cfg.max_len, max_new + 1)
     dec = CachedDecoder(

@@ -50,5 +50,5 @@ def test_format_section_names_every_key_and_io_name(ed_package, lm_package):
             assert f"`{graph}`" in fmt
             for name in io["inputs"] + io["outputs"]:
                 generic = re.sub(r"\.\d+\.", ".{i}.", name)
-                generic = re.sub(r"\.(key|value)$", ".key", generic)
+                generic = re.sub(r"\.(last_)?(key|value)$", r".\1key", generic)
                 assert f"`{generic}`" in fmt or f"`{name}`" in fmt, name

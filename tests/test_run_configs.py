@@ -1,7 +1,7 @@
 """A package's run configurations: generation_config.json (its default decoding settings, in
 Hugging Face's file and names), genai_config.json (onnxruntime-genai runs an LM package's
-decoder graph as it is), and config.json's format versions (3: Hugging Face field names; a
-format-2 package still loads)."""
+decoder graph as it is), and config.json's format versions (3: Hugging Face field names; 4:
+cross-attention as a GroupQueryAttention step; format-2 and -3 packages still load)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from edgeformer.runtime.cli import main
 from edgeformer.runtime.package import (
     OUR_NAMES,
     PackageError,
+    io_names,
     load_package,
     model_from_json,
     sha256,
@@ -87,10 +88,92 @@ def test_bad_generation_config_in_a_package(ed_package, tmp_path):
         Translator(pkg)
 
 
+def _needed(graph) -> None:
+    """Drop the nodes that no graph output depends on."""
+    want = {o.name for o in graph.output}
+    keep = []
+    for node in reversed(graph.node):
+        if want & set(node.output):
+            keep.append(node)
+            want |= set(node.input)
+    del graph.node[:]
+    graph.node.extend(reversed(keep))
+
+
+def as_format_3(pkg: Path, out: Path) -> Path:
+    """A copy of an encoder-decoder package with format 3's graphs, as edgeformer wrote them
+    before format 4: cross-attention is MultiHeadAttention over the cross K/V with the encoder's
+    key padding mask; no last_key/last_value, no cross presents."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    shutil.copytree(pkg, out)
+    config = json.loads((out / "config.json").read_text())
+    heads = config["model"]["num_attention_heads"]
+    for variant in config["variants"].values():
+        for graph, name in variant["files"].items():
+            proto = onnx.load(out / name, load_external_data=False)
+            g = proto.graph
+            for kept in (g.input, g.output):
+                old = [
+                    v
+                    for v in kept
+                    if ".last_" not in v.name
+                    and not (
+                        v.name.startswith("present.")
+                        and ".encoder." in v.name
+                        and graph == "decoder"
+                    )
+                ]
+                del kept[:]
+                kept.extend(old)
+            if graph == "decoder":
+                cast = helper.make_node(
+                    "Cast", ["encoder_attention_mask"], ["mask32"], to=TensorProto.INT32
+                )
+                nodes = [cast]
+                for node in g.node:
+                    if node.op_type == "GroupQueryAttention" and ".encoder." in node.input[3]:
+                        q, k, v = node.input[0], node.input[3], node.input[4]
+                        node = helper.make_node(
+                            "MultiHeadAttention",
+                            [q, k, v, "", "mask32"],
+                            [node.output[0]],
+                            domain="com.microsoft",
+                            num_heads=heads,
+                        )
+                    nodes.append(node)
+                del g.node[:]
+                g.node.extend(nodes)
+            _needed(g)
+            onnx.save(proto, out / name)
+            config["files"][name] = sha256(out / name)
+    config["format_version"] = 3
+    config["graphs"] = io_names("encoder-decoder", config["model"]["decoder_layers"], 3)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_format_3_packages_still_load(ed_package, tmp_path):
+    """Format 3's encoder-decoder graphs (cross-attention as MultiHeadAttention) decode with
+    this runtime: the same translations as format 4's, greedy and beam."""
+    import onnx
+
+    old = as_format_3(ed_package, tmp_path / "v3")
+    layers = load_package(old).config.n_layers
+    for entry in json.loads((old / "config.json").read_text())["variants"].values():
+        nodes = onnx.load(old / entry["files"]["decoder"], load_external_data=False).graph.node
+        kinds = [n.op_type for n in nodes]
+        assert kinds.count("MultiHeadAttention") == kinds.count("GroupQueryAttention") == layers
+    for variant in ("fp32", "int8-dynamic"):
+        a, b = Translator(old, variant=variant), Translator(ed_package, variant=variant)
+        assert a.translate_batch(TEXTS) == b.translate_batch(TEXTS)
+        assert a.translate_batch(TEXTS, num_beams=3) == b.translate_batch(TEXTS, num_beams=3)
+
+
 def test_format_2_packages_still_load(ed_package, tmp_path):
-    """Format 2 stored `model` under ModelConfig's names (an ED package's graphs are the same)."""
-    old = tmp_path / "v2"
-    shutil.copytree(ed_package, old)
+    """Format 2 stored `model` under ModelConfig's names (its graphs are format 3's)."""
+    old = as_format_3(ed_package, tmp_path / "v2")
     config = json.loads((old / "config.json").read_text())
     assert "hidden_size" in config["model"] and "d_model" not in config["model"]
     config["model"] = model_from_json(config["model"], 3)
