@@ -543,7 +543,7 @@ class Builder:
         return seqlens_k, total
 
     def decoder(self) -> Graph:
-        """One decoding step (or a prefill) over the shared cache; logits of the last position.
+        """One decoding step (LM: or a prefill) over the shared cache; logits of the last position.
 
         input_ids, position_ids (B, T); attention_mask (B, P + T): 1 for the tokens in the
         cache after this step, right-padded (row b's tokens are its first L_b positions); the

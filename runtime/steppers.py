@@ -34,7 +34,7 @@ class Graph:
     @functools.cached_property
     def has_logits_3d(self) -> bool:
         """An LM decoder of format 3 (also returns the logits as (B, 1, V))."""
-        return any(o.name == LOGITS_3D for o in self.session.get_outputs())
+        return LOGITS_3D in self.output_names
 
     @functools.cached_property
     def output_names(self) -> frozenset[str]:
