@@ -581,9 +581,9 @@ class Builder:
                 self.self_attention(g, layer.attn, f"dec.{i}.attn", self_kv, lengths, position_ids)
             )
             if ed:
-                for p in cross_kv:
-                    last = ".last_" in p
-                    g.input(p, TP.FLOAT, [B, 1, self.C] if last else [B, self.H, "src_len", self.D])
+                for p in cross_kv:  # K/V, then the last source token's (a new token's shape)
+                    shape = [B, 1, self.C] if ".last_" in p else [B, self.H, "src_len", self.D]
+                    g.input(p, TP.FLOAT, shape)
                 sublayers.append(self.cross_attention(g, layer.cross, f"dec.{i}.cross", cross_kv,
                                                       enc_lengths))  # fmt: skip
             sublayers.append(self.feed_forward(g, layer.ffn, f"dec.{i}.ffn"))

@@ -37,8 +37,9 @@ class Graph:
         return LOGITS_3D in self.output_names
 
     @functools.cached_property
-    def output_names(self) -> frozenset[str]:
-        return frozenset(o.name for o in self.session.get_outputs())
+    def output_names(self) -> tuple[str, ...]:
+        """The graph's outputs, in its order (what `run` returns)."""
+        return tuple(o.name for o in self.session.get_outputs())
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Plain run (the encoder): outputs in the graph's order, on the host."""
@@ -199,7 +200,7 @@ def start_encoder_decoder(
     encoder = graphs["encoder"]
     cross = encoder.run({"input_ids": src, "attention_mask": src_mask})
     # the encoder's present.{i}.encoder.* are the decoder's past_key_values.{i}.encoder.*
-    names = [o.name.replace("present", "past_key_values", 1) for o in encoder.session.get_outputs()]
+    names = [name.replace("present", "past_key_values", 1) for name in encoder.output_names]
     static = dict(zip(names, cross))
     static["encoder_attention_mask"] = src_mask
     capacity = min(cfg.max_len, max_new + 1)
