@@ -109,7 +109,8 @@ def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...
     package format or variant recipe makes a new build)."""
     from dataclasses import asdict
 
-    from edgeformer.runtime.package import FORMAT_VERSION, variant_spec  # torch-free: children
+    from ..core.format import FORMAT_VERSION
+    from ..export.recipes import variant_spec
 
     family = json.loads((ckpt / "config.json").read_text())["model"]["family"]
     recipes = [asdict(variant_spec(v, family)) for v in variants]

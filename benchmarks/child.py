@@ -120,8 +120,7 @@ def memory(job: Job) -> int:
 def floor(job: Job) -> int:
     """The weight-streaming floor of the job's package's fp32 decoder (profile.floor_ms), in a
     process with no other onnxruntime session."""
-    from edgeformer.runtime.package import load_package
-
+    from ..runtime.package import load_package
     from . import artifacts, profile
     from .stacks import for_job, get_stack, package_of
 

@@ -110,15 +110,14 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
 
 def _shapes(settings: Settings) -> list[tuple[Shape, Path | None, Path | None]]:
     """(shape, package, checkpoint) per requested shape; --package replaces our random model."""
-    from edgeformer.models.config import ModelConfig
-    from edgeformer.runtime.package import load_package
+    from ..runtime.package import load_package
 
     given: dict[str, tuple] = {}
     for i, p in enumerate(settings.packages):
         pkg = load_package(p, verify=False)
         name = "ed" if pkg.family == "encoder-decoder" else "lm"
         ckpt = Path(settings.checkpoints[i]) if i < len(settings.checkpoints) else None
-        given[name] = (ModelConfig.from_dict(pkg.config.model), Path(p), ckpt)
+        given[name] = (pkg.config.model, Path(p), ckpt)
     names = list(settings.shapes) if not settings.packages else list(given)
     out = []
     for name in names:
@@ -345,8 +344,7 @@ def _profile(job: Job, names: list[str]) -> dict:
     """After the timing: the ORT profile of one decode step per variant of our runtime (in this
     process), the fp32 step's weight-streaming floor (in a fresh one), and each Python-driven
     onnxruntime stack's W1 time outside session.run."""
-    from edgeformer.runtime.package import load_package
-
+    from ..runtime.package import load_package
     from . import profile
     from .stacks import get_stack, package_of
 

@@ -26,8 +26,9 @@ import numpy as np
 def _stepper(session, cfg, past: int, src: int, rng):
     """The runtime's CachedDecoder over `session`, batch 1, with `past` positions prefilled
     (ED: random cross K/V for a source of `src` tokens), and the graph runs that took."""
-    from edgeformer.runtime.package import cross_names
     from edgeformer.runtime.steppers import CachedDecoder, Graph
+
+    from ..core.format import cross_names
 
     H, D, L = cfg.n_heads, cfg.d_model // cfg.n_heads, cfg.n_decoder_layers
     static = None

@@ -53,13 +53,14 @@ def bleu(
     With `checkpoint` (the package's source), each variant also reports `same_as_torch`: how
     many greedy translations equal the PyTorch model's greedy translations."""
     from edgeformer.export.quality import translation_bleu  # imports torch: only when asked
-    from edgeformer.runtime.package import load_package
     from edgeformer.train.evaluate import bleu_scores
+
+    from ..runtime.package import load_package
 
     pkg = load_package(package)
     variants = variants or pkg.variants
     # one output cap for every stack, so that "same as PyTorch" compares the same search
-    max_new_tokens = pkg.config.max_len - 1
+    max_new_tokens = pkg.config.model.max_len - 1
     result: dict = {"package": str(package), "variants": {}}
     src_lang, tgt_lang = direction(package)
     src = multi30k("test_2016_flickr", src_lang, limit)
@@ -103,7 +104,8 @@ def perplexity(
 ) -> dict:
     """{"tokens", "variants": {v: {loss, ppl, seconds, tokens_per_s}}} on Shakespeare val."""
     from edgeformer.export.quality import text_windows, windows_perplexity
-    from edgeformer.runtime.package import load_package
+
+    from ..runtime.package import load_package
 
     variants = variants or load_package(package).variants
     windows = text_windows(package, shakespeare_val(), limit)

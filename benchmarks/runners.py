@@ -107,10 +107,10 @@ def env_threads(threads: int) -> dict[str, str]:
 def load_our_torch(job: Job) -> Runner:
     import torch
 
+    from edgeformer.core.decoding import GenerationOptions
     from edgeformer.models import EncoderDecoder, complete_ids, translate_ids
     from edgeformer.models.checkpoint import WEIGHTS, load_checkpoint
     from edgeformer.models.generation import pad_batch
-    from edgeformer.runtime.decoding import GenerationOptions
 
     torch.set_num_threads(job.threads)
     ckpt = artifacts.checkpoint_for(job)
@@ -145,9 +145,10 @@ def load_our_runtime(
     import numpy as np
     import onnxruntime as ort
 
+    from edgeformer.core.decoding import GenerationOptions
     from edgeformer.runtime import Generator, Translator
-    from edgeformer.runtime.decoding import GenerationOptions
-    from edgeformer.runtime.package import load_package
+
+    from ..runtime.package import load_package
 
     pkg_path = package(job)
     pkg = load_package(pkg_path, verify=False)
@@ -198,7 +199,9 @@ def load_our_runtime(
 
     r = Runner(generate, encode, variant_files(pkg, variant))
     if job.shape.is_ed:
-        words = [rt.model.tokenizer.id_to_token(i) or "" for i in range(pkg.config.vocab_size)]
+        words = [
+            rt.model.tokenizer.id_to_token(i) or "" for i in range(pkg.config.model.vocab_size)
+        ]
         r.translate_file = file_timer(words, translate_file)
     return r
 

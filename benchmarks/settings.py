@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from edgeformer.models.config import ModelConfig
+    from edgeformer.core.config import ModelConfig
 
 from .shapes import QUICK_SWEEP_BATCHES, SWEEP_BATCHES, WORKLOADS, Shape, Workload
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # edgeformer.models imports torch: the memory child of our runtime must not
-    from edgeformer.models.config import ModelConfig
+    from edgeformer.core.config import ModelConfig
 
 SEED = 1234
 
@@ -42,7 +42,7 @@ class Shape:
 
 
 def ed_config(quick: bool = False) -> ModelConfig:
-    from edgeformer.models.config import ModelConfig
+    from edgeformer.core.config import ModelConfig
 
     if quick:
         return ModelConfig(
@@ -57,7 +57,7 @@ def ed_config(quick: bool = False) -> ModelConfig:
 
 
 def lm_config(quick: bool = False) -> ModelConfig:
-    from edgeformer.models.config import ModelConfig
+    from edgeformer.core.config import ModelConfig
 
     common: dict[str, Any] = dict(
         family="decoder-only", activation="gelu", norm="pre", positional="learned"

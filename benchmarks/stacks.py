@@ -2,7 +2,7 @@
 files are built (`build`, in the main process, before any timing) and how it is loaded (`load`,
 in the stack's own process: `runners`).
 
-Ours: the edgeformer runtime on each package variant (`edgeformer.runtime.package.VARIANTS`),
+Ours: the edgeformer runtime on each package variant (`edgeformer.core.format.VARIANTS`),
 and our PyTorch model eager with KV cache; the edgeformer-llama-* stacks: our runtime on the
 Llama that onnxruntime-genai converts (LM only). Peers: HF PyTorch `generate` (GPT-2 / Marian,
 and that Llama), Optimum + onnxruntime, CTranslate2, onnxruntime-genai. A stack whose Python
@@ -48,7 +48,7 @@ class Stack:
 
 
 def _variants() -> tuple[str, ...]:
-    from edgeformer.runtime.package import VARIANTS
+    from ..core.format import VARIANTS
 
     return tuple(VARIANTS)
 

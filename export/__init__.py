@@ -1,6 +1,6 @@
-"""edgeformer.export: a checkpoint -> an ONNX model package (edgeformer.runtime.package)."""
+"""edgeformer.export: a checkpoint -> an ONNX model package (edgeformer.core.format)."""
 
-from ..runtime.package import VARIANTS
+from ..core.format import VARIANTS
 from .exporter import export_package
 
 __all__ = ["export_package", "VARIANTS"]

@@ -33,8 +33,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..runtime.package import LOGITS_3D, VariantSpec, io_names
+from ..core.format import LOGITS_3D, io_names
 from .gptq import Hessians, gptq_int4
+from .recipes import VariantSpec
 
 OPSET = 21
 MS = "com.microsoft"

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..runtime.package import VARIANTS
+from ..core.format import VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> None:

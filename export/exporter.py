@@ -1,4 +1,4 @@
-"""export_package: checkpoint folder -> model package folder (see edgeformer.runtime.package).
+"""export_package: checkpoint folder -> model package folder (see edgeformer.core.format).
 
 The package is built in a temporary folder beside OUT_DIR and renamed at the end, so a failed
 export leaves nothing behind (and a killed one's folder is removed by the next export). An
@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..models.checkpoint import GENERATION_CONFIG, SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
-from ..runtime.package import (
+from ..core.files import sha256
+from ..core.format import (
     CONFIG_FILE,
     GENAI_CONFIG_FILE,
     GENERATION_CONFIG_FILE,
@@ -26,22 +26,17 @@ from ..runtime.package import (
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
-    VARIANT_SPECS,
-    PackageConfig,
-    SpecialTokens,
-    VariantEntry,
-    default_generation_config,
-    genai_config,
-    generation_settings,
     io_names,
-    sha256,
-    variant_spec,
-    write_graphs,
 )
+from ..core.generation_config import default_generation_config, generation_settings
+from ..core.schema import PackageConfig, SpecialTokens, VariantEntry
+from ..models.checkpoint import GENERATION_CONFIG, SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
 from .builder import OPSET, build_graphs
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .quality import calibration_batches
+from .recipes import VARIANT_SPECS, variant_spec
 from .verify import golden_record
+from .writer import genai_config, write_graphs
 
 
 def _log(verbose: bool, msg: str) -> None:
@@ -193,7 +188,7 @@ def export_package(
 ) -> Path:
     """Export a checkpoint to a model package in `out_dir`; returns its path.
 
-    variants: names of runtime.package.VARIANT_SPECS ("fp32" is always written).
+    variants: names of export.recipes.VARIANT_SPECS ("fp32" is always written).
     """
     import torch
 
@@ -234,7 +229,7 @@ def export_package(
             listed += [*entry.files.values(), entry.weights]
         config = PackageConfig(
             family=cfg.family,
-            model=cfg.to_dict(),
+            model=cfg,
             special_tokens=SpecialTokens(
                 cfg.pad_id, cfg.bos_id, cfg.eos_id, unk_id(tmp / TOKENIZER_FILE)
             ),

@@ -42,9 +42,9 @@ def text_windows(package: str | Path, text: str, limit: int | None = None) -> li
     import numpy as np
     from tokenizers import Tokenizer
 
-    from edgeformer.runtime.package import load_package
+    from ..runtime.package import load_package
 
-    T = load_package(package, verify=False).config.max_len
+    T = load_package(package, verify=False).config.model.max_len
     tok = Tokenizer.from_file(str(Path(package) / "tokenizer.json"))
     enc = tok.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
     ids = np.asarray([i for e in enc for i in e.ids], np.int64)

@@ -84,7 +84,7 @@ def compare(
 def golden_record(model, batch: int = 3, length: int = 9, steps: int = 15, k: int = 16, seed=1):
     """PyTorch's greedy run on fixed random inputs, stored in a package for `edgeformer verify`:
     the inputs, the token chosen at each decoder call and the k largest logits there."""
-    from ..runtime.package import Golden
+    from ..core.schema import Golden
 
     ids, mask = random_batch(model.cfg, batch, length, seed)
     ref = torch_greedy(model, ids, mask, steps)

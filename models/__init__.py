@@ -1,6 +1,6 @@
 """The Transformer in PyTorch: an encoder-decoder for translation and a decoder-only LM."""
 
-from .config import ModelConfig
+from ..core.config import ModelConfig
 from .generation import complete_ids, translate_ids
 from .transformer import DecoderOnly, EncoderDecoder, build_model
 

@@ -23,7 +23,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from .config import ModelConfig
+from ..core.config import ModelConfig
 from .transformer import DecoderOnly, EncoderDecoder, build_model
 
 CHECKPOINT_FORMAT = "edgeformer-checkpoint"

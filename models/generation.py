@@ -1,6 +1,6 @@
 """PyTorch generation: the models behind the shared numpy decoding algorithms.
 
-`edgeformer.runtime.decoding` holds greedy / sampling / beam search over a `Stepper`; here are
+`edgeformer.core.decoding` holds greedy / sampling / beam search over a `Stepper`; here are
 the PyTorch steppers. The ONNX runtime has its own steppers over the same algorithms.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgeformer.runtime.decoding import DecodeInputs, GenerationOptions, generate
+from edgeformer.core.decoding import DecodeInputs, GenerationOptions, generate
 
 from .layers import KV
 from .transformer import DecoderOnly, EncoderDecoder

@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
+from ..core.config import ModelConfig
 from .checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, save_checkpoint
-from .config import ModelConfig
 from .transformer import build_model
 
 HF_CONFIG, HF_WEIGHTS, HF_INDEX, HF_TOKENIZER = (

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig
+from ..core.config import ModelConfig
 
 KV = tuple[torch.Tensor, torch.Tensor]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .config import ModelConfig
+from ..core.config import ModelConfig
 from .layers import (
     KV,
     AbsolutePositions,

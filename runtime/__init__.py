@@ -1,5 +1,7 @@
 """The edge runtime: runs a model package with numpy, onnxruntime and tokenizers only."""
 
+from ..core.decoding import GenerationOptions
+from ..core.schema import PackageError
 from .api import (
     GenerationResult,
     Generator,
@@ -8,8 +10,7 @@ from .api import (
     TranslationResult,
     Translator,
 )
-from .decoding import GenerationOptions
-from .package import PackageError, load_package
+from .package import load_package
 
 __all__ = [
     "Translator",

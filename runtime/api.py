@@ -37,9 +37,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from .aio import WorkerPool
-from .batching import Batching, Throughput, translate_file, translate_stream
-from .decoding import (
+from ..core.decoding import (
     DecodeInputs,
     GenerationOptions,
     Hypothesis,
@@ -49,14 +47,12 @@ from .decoding import (
     iter_tokens,
     score,
 )
-from .package import (
-    TOKENIZER_FILE,
-    Package,
-    PackageError,
-    graph_names,
-    load_package,
-    pick_variant,
-)
+from ..core.format import TOKENIZER_FILE, graph_names
+from ..core.schema import PackageError
+from ..core.variants import pick_variant
+from .aio import WorkerPool
+from .batching import Batching, Throughput, translate_file, translate_stream
+from .package import Package, load_package
 from .session import PROVIDERS, Providers, SessionSettings
 from .steppers import (
     CachedDecoder,
@@ -260,7 +256,7 @@ class Model:
         settings = settings or SessionSettings()
         pkg: Package = load_package(package_path)
         self.variant_reason = "asked for"
-        if variant == "auto":  # export's measurements decide (package.pick_variant)
+        if variant == "auto":  # export's measurements decide (core.variants.pick_variant)
             variant, self.variant_reason = pick_variant(pkg.config, max_quality_loss)
         if pkg.family != family:
             use = "Translator" if pkg.family == "encoder-decoder" else "Generator"
@@ -274,7 +270,7 @@ class Model:
         self.package, self.family, self.variant = pkg, family, variant
         check_onnxruntime(pkg)
         self.config = pkg.config
-        self.n_layers, self.max_len = self.config.n_layers, self.config.max_len
+        self.n_layers, self.max_len = self.config.model.n_decoder_layers, self.config.model.max_len
         # generation_config.json: the package's default decoding settings (fields it sets)
         self.default_settings = pkg.generation_settings()  # checked there
         self.defaults = GenerationOptions(**self.default_settings)

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from ..core.decoding import GenerationOptions
     from .api import Translator
-    from .decoding import GenerationOptions
 
 BATCH_TYPES = ("examples", "tokens")
 READ_AHEAD = 16  # buffer = max_batch_size * READ_AHEAD examples (or tokens), sorted by length

@@ -22,10 +22,12 @@ import math
 import sys
 from collections.abc import Iterator
 
+from ..core.decoding import GenerationOptions
+from ..core.format import VARIANTS
+from ..core.schema import HELD_OUT_KEYS
+from ..core.variants import MAX_QUALITY_LOSS, pick_variant
 from .api import Generator, Translator, text_problem
 from .batching import BATCH_TYPES, READ_AHEAD, Batching, Throughput, translate_stream
-from .decoding import GenerationOptions
-from .package import HELD_OUT_KEYS, MAX_QUALITY_LOSS, VARIANTS, pick_variant
 
 log = logging.getLogger("edgeformer")
 
@@ -77,21 +79,22 @@ def package_info(path: str) -> str:
     """What `edgeformer info` prints: model, task, variants with sizes, graphs, requirements."""
     import onnxruntime as ort
 
-    from .package import GENAI_CONFIG_FILE, load_package
+    from ..core.format import GENAI_CONFIG_FILE
+    from .package import load_package
 
     pkg = load_package(path)  # checksums verified
     c = pkg.config
     m = c.model
     layers = (
-        f"{m.get('n_encoder_layers')}+{c.n_layers}" if c.family == "encoder-decoder"
-        else str(c.n_layers)
+        f"{m.n_encoder_layers}+{m.n_decoder_layers}" if c.family == "encoder-decoder"
+        else str(m.n_decoder_layers)
     )  # fmt: skip
     task = ", ".join(f"{k} {v}" for k, v in c.task.items()) or "-"
     lines = [
         f"package      {pkg.path} (format {c.format_version}, checksums verified)",
         f"family       {c.family}; task: {task}",
-        f"model        d_model {m['d_model']}, {layers} layers, {c.n_heads} heads, "
-        f"vocab {c.vocab_size}, max_len {c.max_len}, {m.get('norm')}-LN, {m.get('positional')}",
+        f"model        d_model {m.d_model}, {layers} layers, {m.n_heads} heads, "
+        f"vocab {m.vocab_size}, max_len {m.max_len}, {m.norm}-LN, {m.positional}",
         f"onnxruntime  needs >= {c.min_onnxruntime}; here {ort.__version__}, providers "
         f"{', '.join(ort.get_available_providers())} (edgeformer decodes on the CPU provider)",
         "variants",
@@ -102,11 +105,11 @@ def package_info(path: str) -> str:
         size = sum((pkg.path / f).stat().st_size for f in files) / 1e6
         lines.append(f"  {name:<{w}} {size:8.2f} MB  {v.description}")
         if v.measured:
-            m = v.measured
-            held = "".join(f", held-out {k} {m[k]:.2f}" for k in HELD_OUT_KEYS if k in m)
+            x = v.measured
+            held = "".join(f", held-out {k} {x[k]:.2f}" for k in HELD_OUT_KEYS if k in x)
             lines.append(
-                f"         at export: agreement with PyTorch {m['agreement']:.3f}, max logit "
-                f"diff {m['max_logit_diff']:.2e}, {m['ms_per_token']:.3f} ms/token{held}"
+                f"         at export: agreement with PyTorch {x['agreement']:.3f}, max logit "
+                f"diff {x['max_logit_diff']:.2e}, {x['ms_per_token']:.3f} ms/token{held}"
             )
     _, why = pick_variant(c)
     lines.append(f"  auto -> {why}")

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from .package import LOGITS_3D, PackageConfig, cache_names
+from ..core.format import LOGITS_3D, cache_names
+from ..core.schema import PackageConfig
 
 
 @dataclass
@@ -203,9 +204,10 @@ def start_encoder_decoder(
     names = [name.replace("present", "past_key_values", 1) for name in encoder.output_names]
     static = dict(zip(names, cross))
     static["encoder_attention_mask"] = src_mask
-    capacity = min(cfg.max_len, max_new + 1)
+    m = cfg.model
+    capacity = min(m.max_len, max_new + 1)
     dec = CachedDecoder(
-        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, capacity,
+        graphs["decoder"], cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity,
         len(src), static,
     )  # fmt: skip
     bos = np.full((len(src), 1), cfg.special_tokens.bos_id, dtype=np.int64)
@@ -217,9 +219,10 @@ def start_decoder_only(
     graphs: dict[str, Graph], cfg: PackageConfig, ids: np.ndarray, mask: np.ndarray, max_new: int
 ) -> tuple[CachedDecoder, np.ndarray]:
     """Prefill right-padded prompts (B, T): (stepper, logits after each prompt (B, V))."""
-    capacity = min(cfg.max_len, ids.shape[1] + max_new)
+    m = cfg.model
+    capacity = min(m.max_len, ids.shape[1] + max_new)
     dec = CachedDecoder(
-        graphs["decoder"], cfg.family, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, capacity,
+        graphs["decoder"], cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity,
         len(ids),
     )  # fmt: skip
     first = dec.prefill(ids, mask).copy()
@@ -236,8 +239,10 @@ class SlidingDecoder:
         self, graphs: dict[str, Graph], cfg: PackageConfig, ids: np.ndarray, mask: np.ndarray,
         keep: int,
     ):  # fmt: skip
-        if not 1 <= keep < cfg.max_len:
-            raise ValueError(f"sliding window keep={keep} must be in [1, max_len {cfg.max_len})")
+        if not 1 <= keep < cfg.model.max_len:
+            raise ValueError(
+                f"sliding window keep={keep} must be in [1, max_len {cfg.model.max_len})"
+            )
         self.graph, self.cfg, self.keep = graphs["decoder"], cfg, keep
         self.history = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask)]
         self.slides = 0
@@ -245,15 +250,16 @@ class SlidingDecoder:
         self.first = self.dec.prefill(ids, mask).copy()
 
     def _decoder(self, batch: int) -> CachedDecoder:
-        c = self.cfg
+        m = self.cfg.model
         return CachedDecoder(
-            self.graph, c.family, c.n_layers, c.n_kv_heads, c.head_dim, c.max_len, batch
-        )
+            self.graph, self.cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, m.max_len,
+            batch,
+        )  # fmt: skip
 
     def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
         for h, t in zip(self.history, tokens.tolist()):
             h.append(int(t))
-        if int(self.dec.lengths.max()) < self.cfg.max_len:
+        if int(self.dec.lengths.max()) < self.cfg.model.max_len:
             return self.dec.step(tokens)
         windows = [h[-self.keep :] for h in self.history]
         T = max(map(len, windows))

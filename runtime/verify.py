@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.decoding import GenerationOptions
+from ..core.schema import Golden, PackageError
 from .api import Generator, Model, Translator, pad
-from .decoding import GenerationOptions
-from .package import Golden, PackageError, load_package
+from .package import load_package
 from .steppers import start_decoder_only, start_encoder_decoder
 
 FP32_TOLERANCE = 1e-3  # logits of the fp32 graphs vs PyTorch's (export checks 1e-4 on its host)
@@ -83,7 +84,7 @@ def check_variant(
 def _ms_per_token(runtime: Translator | Generator) -> float:
     """Greedy, batch 1, TIMED_TOKENS forced tokens on a 9-token input; best of 3."""
     m = runtime.model
-    vocab = m.config.vocab_size
+    vocab = m.config.model.vocab_size
     start = 4 if vocab > 8 else 0
     ids = [[start + i % (vocab - start) for i in range(8)] + [m.eos_id]]
     opts = GenerationOptions(max_new_tokens=TIMED_TOKENS, ignore_eos=True)

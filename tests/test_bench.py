@@ -88,7 +88,7 @@ def test_quick_bench_end_to_end(tmp_path):
 
 
 def test_stack_selection_and_missing_peers(monkeypatch):
-    from edgeformer.runtime.package import VARIANTS
+    from edgeformer.core.format import VARIANTS
 
     names = [s.name for s in select_stacks("ours")]
     assert "edgeformer-fp32" in names and "edgeformer-torch" in names

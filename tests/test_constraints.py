@@ -11,8 +11,8 @@ import itertools
 import numpy as np
 import pytest
 
+from edgeformer.core.decoding import DecodeInputs, beam_search, decode, generate, log_softmax
 from edgeformer.runtime import GenerationOptions, Generator, Translator
-from edgeformer.runtime.decoding import DecodeInputs, beam_search, decode, generate, log_softmax
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")

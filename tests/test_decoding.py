@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from edgeformer.runtime.decoding import (
+from edgeformer.core.decoding import (
     DecodeInputs,
     GenerationOptions,
     beam_search,

@@ -20,18 +20,13 @@ ort = pytest.importorskip("onnxruntime")
 
 from conftest import VARIANTS  # noqa: E402
 
+from edgeformer.core.files import sha256  # noqa: E402
+from edgeformer.core.format import graph_file, io_names, model_to_json, weights_file  # noqa: E402
 from edgeformer.export import export_package  # noqa: E402
 from edgeformer.export.exporter import check_variants  # noqa: E402
 from edgeformer.export.verify import compare  # noqa: E402
 from edgeformer.models.checkpoint import load_checkpoint  # noqa: E402
-from edgeformer.runtime.package import (  # noqa: E402
-    graph_file,
-    io_names,
-    load_package,
-    model_to_json,
-    sha256,
-    weights_file,
-)
+from edgeformer.runtime.package import load_package  # noqa: E402
 
 # issue 10's target was 14 nodes per decoder layer of the step graph, met with the fused
 # SkipLayerNormalization; each norm is now Add, Add(bias), LayerNormalization instead (that
@@ -254,7 +249,7 @@ def test_cross_kv_are_bound_in_place(ed_package):
     static = stepper.static
     encoded = {k: v.copy() for k, v in static.items()}
     key, last = "past_key_values.0.encoder.key", "past_key_values.0.encoder.last_key"
-    H, D = runtime.config.n_heads, runtime.config.head_dim
+    H, D = runtime.config.model.n_heads, runtime.config.model.head_dim
     for b, n in enumerate([5, 3]):  # last_key is the key of each row's last source token
         np.testing.assert_array_equal(static[last][b, 0].reshape(H, D), static[key][b, :, n - 1])
     stepper.step(np.array([11, 12]))

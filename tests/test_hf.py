@@ -20,13 +20,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
+from edgeformer.core.decoding import GenerationOptions  # noqa: E402
 from edgeformer.export import export_package  # noqa: E402
 from edgeformer.export.verify import compare  # noqa: E402
 from edgeformer.models import ModelConfig  # noqa: E402
 from edgeformer.models.checkpoint import load_checkpoint  # noqa: E402
 from edgeformer.models.hf import convert_hf, hf_model_config, is_hf_model_dir  # noqa: E402
 from edgeformer.runtime.api import Generator  # noqa: E402
-from edgeformer.runtime.decoding import GenerationOptions  # noqa: E402
 from edgeformer.runtime.package import load_package  # noqa: E402
 
 VOCAB = 300
@@ -197,12 +197,12 @@ def test_decoder_graph_uses_the_fused_ops(arch):
 
 
 def test_package_cache_shapes_use_the_kv_heads(arch, tmp_path):
-    from edgeformer.runtime.package import PackageError
+    from edgeformer.core.schema import PackageError
 
     _, hf, _, _, pkg = arch
     config = json.loads((pkg / "config.json").read_text())
     G = getattr(hf.config, "num_key_value_heads", None) or hf.config.num_attention_heads
-    assert load_package(pkg).config.n_kv_heads == G
+    assert load_package(pkg).config.model.kv_heads == G
     copy = tmp_path / "pkg"
     shutil.copytree(pkg, copy)
     config["model"]["num_key_value_heads"] = 3
@@ -321,7 +321,7 @@ def test_cli_convert_and_export_from_the_hf_folder(tmp_path, capsys):
     assert main(["convert", "hf", str(src), str(tmp_path / "ckpt"), "-q"]) == 0
     assert load_checkpoint(tmp_path / "ckpt")[0].cfg.activation == "swiglu"
     assert main(["export", str(src), str(tmp_path / "pkg"), "-q"]) == 0  # parity check included
-    assert load_package(tmp_path / "pkg").config.n_kv_heads == 2
+    assert load_package(tmp_path / "pkg").config.model.kv_heads == 2
     assert main(["convert", "hf", str(tmp_path / "pkg"), str(tmp_path / "x")]) == 2
     assert "architectures=None" in capsys.readouterr().err
 
@@ -587,10 +587,10 @@ def test_marian_with_a_fast_tokenizer_json_converts_and_matches_hf_generate(tmp_
 
     from edgeformer.benchmarks.artifacts import hf_model_dir
     from edgeformer.benchmarks.shapes import get_shape
+    from edgeformer.core.decoding import GenerationOptions
     from edgeformer.export import export_package
     from edgeformer.models.hf import convert_hf
     from edgeformer.runtime import Translator
-    from edgeformer.runtime.decoding import GenerationOptions
 
     shape = get_shape("ed", quick=True)
     src = hf_model_dir(shape, tmp_path / "work")

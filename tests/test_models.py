@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from edgeformer.core.decoding import GenerationOptions
 from edgeformer.models import ModelConfig, build_model, complete_ids, translate_ids
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
 from edgeformer.models.layers import sinusoidal_table
-from edgeformer.runtime.decoding import GenerationOptions
 
 VARIANTS = [
     dict(positional=p, norm=n, activation=a)

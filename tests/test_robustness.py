@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
+from edgeformer.core.files import sha256
 from edgeformer.runtime import PackageError, Translator
-from edgeformer.runtime.package import load_package, sha256
+from edgeformer.runtime.package import load_package
 
 pytest.importorskip("torch")
 
@@ -249,8 +250,8 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from edgeformer.core.decoding import DecodeInputs, beam_search, generate  # noqa: E402
 from edgeformer.runtime import GenerationOptions, Generator  # noqa: E402
-from edgeformer.runtime.decoding import DecodeInputs, beam_search, generate  # noqa: E402
 
 GOOD = ["two dogs .", "a man rides a bike ."]
 LONG = "two dogs play in the snow . " * 20  # > max_len 64 tokens

@@ -13,18 +13,14 @@ import numpy as np
 import pytest
 import torch
 
+from edgeformer.core.files import sha256
+from edgeformer.core.format import OUR_NAMES, io_names, model_from_json
+from edgeformer.core.schema import PackageError
 from edgeformer.export import export_package
 from edgeformer.models.checkpoint import load_checkpoint
 from edgeformer.runtime import GenerationOptions, Generator, Translator
 from edgeformer.runtime.cli import main
-from edgeformer.runtime.package import (
-    OUR_NAMES,
-    PackageError,
-    io_names,
-    load_package,
-    model_from_json,
-    sha256,
-)
+from edgeformer.runtime.package import load_package
 
 TEXTS = ["two dogs .", "a man rides a bike in the park ."]
 
@@ -160,7 +156,7 @@ def test_format_3_packages_still_load(ed_package, tmp_path):
     import onnx
 
     old = as_format_3(ed_package, tmp_path / "v3")
-    layers = load_package(old).config.n_layers
+    layers = load_package(old).config.model.n_decoder_layers
     for entry in json.loads((old / "config.json").read_text())["variants"].values():
         nodes = onnx.load(old / entry["files"]["decoder"], load_external_data=False).graph.node
         kinds = [n.op_type for n in nodes]

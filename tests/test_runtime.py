@@ -452,7 +452,7 @@ def test_cli_translate_and_generate(ed_package, lm_package, capsys, monkeypatch)
 
 def test_package_config_is_read_not_guessed(ed_package, tmp_path):
     """A package whose graphs do not match the contract is refused with a clear error."""
-    from edgeformer.runtime.package import sha256
+    from edgeformer.core.files import sha256
 
     pkg = tmp_path / "swapped"
     shutil.copytree(ed_package, pkg)

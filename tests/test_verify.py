@@ -8,14 +8,12 @@ import shutil
 import pytest
 from conftest import VARIANTS
 
+from edgeformer.core.files import sha256
+from edgeformer.core.format import GOLDEN_FILE
+from edgeformer.core.schema import PackageError
+from edgeformer.core.variants import MAX_QUALITY_LOSS
 from edgeformer.runtime.cli import main
-from edgeformer.runtime.package import (
-    GOLDEN_FILE,
-    MAX_QUALITY_LOSS,
-    PackageError,
-    load_package,
-    sha256,
-)
+from edgeformer.runtime.package import load_package
 from edgeformer.runtime.verify import FP32_TOLERANCE, verify
 
 
@@ -78,8 +76,8 @@ def test_verify_errors_are_clear(ed_package, tmp_path):
 def test_export_measures_each_variant_and_auto_picks_by_them(ed_package, capsys):
     import dataclasses
 
+    from edgeformer.core.variants import pick_variant
     from edgeformer.runtime import Translator
-    from edgeformer.runtime.package import pick_variant
 
     config = load_package(ed_package).config
     measured = {k: v.measured for k, v in config.variants.items()}
@@ -132,8 +130,8 @@ def test_export_records_held_out_quality_and_auto_respects_its_bounds(
     project's bounds against fp32 (0.5 BLEU, +3 % perplexity) whatever its agreement."""
     import dataclasses
 
+    from edgeformer.core.variants import pick_variant
     from edgeformer.export import export_package
-    from edgeformer.runtime.package import pick_variant
 
     metas = {
         "ed": (ed_checkpoint, {"task": {"kind": "translation", "src_lang": "en",

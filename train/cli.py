@@ -9,7 +9,7 @@ import types
 import typing
 from dataclasses import fields
 
-from edgeformer.models import ModelConfig
+from edgeformer.core.config import ModelConfig
 
 from .config import DERIVED, PRESETS, TrainConfig, preset
 

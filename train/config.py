@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from edgeformer.models import ModelConfig
+from edgeformer.core.config import ModelConfig
 
 TASKS = ("translation", "lm")
 DIRECTIONS = ("en-de", "de-en")

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from edgeformer.core.decoding import GenerationOptions
 from edgeformer.models import complete_ids, translate_ids
 from edgeformer.models.checkpoint import load_checkpoint
-from edgeformer.runtime.decoding import GenerationOptions
 
 from .data import load_multi30k, load_shakespeare
 from .tokenizer import EOS_ID, encode, encode_stream, load_tokenizer

@@ -1,0 +1,159 @@
+"""The model package format: its names and versions, in one place (as gguf-py's constants).
+
+A package is a folder (docs/package-format.md is the contract, with every key):
+
+    config.json                 metadata: schema.PackageConfig
+    tokenizer.json              the `tokenizers` tokenizer (of the targets, when the next exists)
+    source_tokenizer.json       optional: the sources' own tokenizer (converted Marian models)
+    encoder.onnx                encoder-decoder only: source -> cross-attention K/V of every layer
+    decoder.onnx                one decoding step, or a prompt prefill, over a preallocated cache
+    weights.data                the fp32 weights, shared by the graphs (ONNX external data)
+    {graph}.{variant}.onnx      the graphs of a quantized variant ...
+    weights.{variant}.data      ... and its weights
+    golden.json                 PyTorch's greedy run on fixed inputs, for `edgeformer verify`
+    generation_config.json      default decoding settings (Hugging Face's file)
+    genai_config.json           decoder-only: onnxruntime-genai's config for decoder.onnx
+
+Graph inputs/outputs (B batch, S source, T new tokens, M cache capacity, H heads, G key/value
+heads of the self-attention cache, D head dim, V vocabulary; ids, positions and masks int64,
+masks 1 = real token; float tensors float32):
+
+  encoder      in  input_ids (B,S), attention_mask (B,S)                 (right-padded)
+               out present.{i}.encoder.key|value (B,H,S,D)               cross K/V per layer
+                   present.{i}.encoder.last_key|last_value (B,1,H*D)     row b's at S_b - 1
+  ED decoder   in  input_ids (B,1), position_ids (B,1), attention_mask (B,L),
+                   encoder_attention_mask (B,S), past_key_values.{i}.decoder.key|value (B,G,M,D),
+                   past_key_values.{i}.encoder.key|value (B,H,S,D),
+                   past_key_values.{i}.encoder.last_key|last_value (B,1,H*D)
+               out logits (B,V), present.{i}.decoder.key|value (B,G,M,D),
+                   present.{i}.encoder.key|value (B,H,S,D)
+  LM decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
+                   past_key_values.{i}.key|value (B,G,M,D)
+               out logits (B,V), present.{i}.key|value (B,G,M,D), logits_3d (B,1,V)
+
+The cache rules: row b holds its tokens in positions 0 .. L_b - 1, where L_b =
+attention_mask[b].sum() counts the tokens in the cache *after* the call; its T new tokens are
+written at L_b - T .. L_b - 1. `past_key_values.X` and `present.X` bound to the same memory make
+GroupQueryAttention write the cache in place. Format 4 (encoder-decoder): the decoder takes one
+token per call; its cross-attention is a GroupQueryAttention step whose "new" K/V are each row's
+last source token's (the encoder's last_key/last_value), written back where they already are.
+"""
+
+from __future__ import annotations
+
+PACKAGE_FORMAT = "edgeformer-package"
+FORMAT_VERSION = 4
+# 2: `model` under ModelConfig's names, no logits_3d; 3: encoder-decoder cross-attention as
+# MultiHeadAttention (no last_key/last_value, no cross presents)
+READABLE_VERSIONS = (2, 3, 4)
+MIN_ONNXRUNTIME = "1.22.0"  # GroupQueryAttention with a shared buffer and packed QKV on CPU
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+SOURCE_TOKENIZER_FILE = "source_tokenizer.json"  # optional (encoder-decoder packages)
+GOLDEN_FILE = "golden.json"  # PyTorch's greedy run on fixed inputs, for `edgeformer verify`
+GENERATION_CONFIG_FILE = "generation_config.json"  # default decoding settings (HF's file)
+GENAI_CONFIG_FILE = "genai_config.json"  # decoder-only packages: onnxruntime-genai's config
+
+# the variants a package may hold (export.recipes says how each is made); fp32 always
+VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")
+LOGITS_3D = "logits_3d"  # LM decoder, format 3+: `logits` as (B, 1, V), for onnxruntime-genai
+
+# config.json's `model` uses Hugging Face's field names where one exists (format 3+); ModelConfig
+# uses ours. Fields not listed keep their name in both.
+HF_NAMES = {
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "n_encoder_layers": "encoder_layers",
+    "n_decoder_layers": "decoder_layers",
+    "d_ff": "intermediate_size",
+    "activation": "hidden_act",
+    "max_len": "max_position_embeddings",
+    "tie_embeddings": "tie_word_embeddings",
+    "scale_embeddings": "scale_embedding",
+    "pad_id": "pad_token_id",
+    "bos_id": "bos_token_id",
+    "eos_id": "eos_token_id",
+}
+OUR_NAMES = {hf: ours for ours, hf in HF_NAMES.items()}
+
+
+def model_to_json(model: dict) -> dict:
+    """ModelConfig fields -> config.json's `model` (Hugging Face names where one exists)."""
+    return {HF_NAMES.get(k, k): v for k, v in model.items()}
+
+
+def model_from_json(model: dict, version: int) -> dict:
+    """config.json's `model` -> ModelConfig fields (format 2 stored ours already)."""
+    return dict(model) if version == 2 else {OUR_NAMES.get(k, k): v for k, v in model.items()}
+
+
+def stored_name(field: str, version: int = FORMAT_VERSION) -> str:
+    """How config.json names a ModelConfig field (for error messages)."""
+    return f"model.{HF_NAMES.get(field, field) if version != 2 else field}"
+
+
+def graph_names(family: str) -> tuple[str, ...]:
+    return ("encoder", "decoder") if family == "encoder-decoder" else ("decoder",)
+
+
+def graph_file(graph: str, variant: str) -> str:
+    return f"{graph}.onnx" if variant == "fp32" else f"{graph}.{variant}.onnx"
+
+
+def weights_file(variant: str) -> str:
+    return "weights.data" if variant == "fp32" else f"weights.{variant}.data"
+
+
+def cache_names(family: str, n_layers: int, prefix: str = "past_key_values") -> list[str]:
+    """The decoder's self-attention cache names, per layer key then value."""
+    kind = ".decoder" if family == "encoder-decoder" else ""
+    return [f"{prefix}.{i}{kind}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+
+
+def cross_names(
+    n_layers: int, prefix: str = "past_key_values", version: int = FORMAT_VERSION
+) -> list[str]:
+    """The encoder-decoder's cross-attention names per layer (encoder outputs: prefix 'present'):
+    K/V (B,H,S,D), then (format 4) the K/V of each row's last source token (B,1,H*D)."""
+    kinds = ("key", "value", "last_key", "last_value") if version >= 4 else ("key", "value")
+    return [f"{prefix}.{i}.encoder.{kv}" for i in range(n_layers) for kv in kinds]
+
+
+def io_names(
+    family: str, n_layers: int, version: int = FORMAT_VERSION
+) -> dict[str, dict[str, list[str]]]:
+    """The input and output names of every graph of a package of this family (and format)."""
+    step = ["input_ids", "position_ids", "attention_mask"]
+    if family == "encoder-decoder":
+        cross = cross_names(n_layers, version=version)
+        per = len(cross) // n_layers
+        past = [
+            n
+            for i in range(n_layers)
+            for n in (
+                *cache_names(family, n_layers)[2 * i : 2 * i + 2],
+                *cross[per * i : per * (i + 1)],
+            )  # fmt: skip
+        ]
+        # format 4: the cross K/V buffers come back as outputs (written in place, unchanged)
+        shared = [n for n in cross_names(n_layers, "present", version) if ".last_" not in n]
+        shared = shared if version >= 4 else []
+        return {
+            "encoder": {
+                "inputs": ["input_ids", "attention_mask"],
+                "outputs": cross_names(n_layers, "present", version),
+            },
+            "decoder": {
+                "inputs": [*step, "encoder_attention_mask", *past],
+                "outputs": ["logits", *cache_names(family, n_layers, "present"), *shared],
+            },
+        }
+    extra = [LOGITS_3D] if version >= 3 else []  # format 2 had no 3-D logits
+    return {
+        "decoder": {
+            "inputs": [*step, *cache_names(family, n_layers)],
+            "outputs": ["logits", *cache_names(family, n_layers, "present"), *extra],
+        }
+    }

@@ -1,0 +1,255 @@
+"""config.json read into a typed PackageConfig: what export writes and the runtime reads.
+
+Every check names the key and what it must be (PackageError), so that a damaged or hostile
+config is one clear message and never an allocation, a recursion or a traceback. The names and
+versions are format.py's; the model's fields are ModelConfig's (config.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .config import FAMILIES, ModelConfig
+from .format import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    GOLDEN_FILE,
+    HF_NAMES,
+    MIN_ONNXRUNTIME,
+    PACKAGE_FORMAT,
+    READABLE_VERSIONS,
+    io_names,
+    model_from_json,
+    model_to_json,
+    stored_name,
+)
+
+
+class PackageError(ValueError):
+    """A model package that is missing, incomplete, corrupt or of the wrong kind."""
+
+
+def _want(where: str, key: str, value: object, kind: type | tuple, what: str) -> None:
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+    if not ok:
+        raise PackageError(f"{where}: {key} must be {what}, got {value!r}")
+
+
+def _int(where: str, key: str, value: object, low: int, high: int | None = None) -> int:
+    _want(where, key, value, int, "an integer")
+    assert isinstance(value, int)
+    if value < low or (high is not None and value >= high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise PackageError(f"{where}: {key} must be {bound}, got {value}")
+    return value
+
+
+def _obj(where: str, key: str, value: object) -> dict:
+    _want(where, key, value, dict, "a JSON object")
+    assert isinstance(value, dict)
+    return value
+
+
+def _names(where: str, key: str, value: object) -> dict[str, str]:
+    for name, file in _obj(where, key, value).items():
+        _want(where, f"{key}.{name}", file, str, "a string")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Golden:
+    """What the exporter's PyTorch model did on fixed inputs (GOLDEN_FILE): per decoder call c
+    (the BOS step / prefill, then one per token) and row b, the token it chose, tokens[c][b],
+    and its k largest logits, top_ids[c][b] / top_logits[c][b]."""
+
+    inputs: list[list[int]]  # sources or prompts, unpadded
+    tokens: list[list[int]]
+    top_ids: list[list[list[int]]]
+    top_logits: list[list[list[float]]]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object, vocab_size: int, where: str = GOLDEN_FILE) -> Golden:
+        data = _obj(where, "the top level", data)
+        try:
+            inputs = [np.asarray(r, dtype=np.int64) for r in data["inputs"]]
+            tokens = np.asarray(data["tokens"], dtype=np.int64)  # (calls, B)
+            top_ids = np.asarray(data["top_ids"], dtype=np.int64)  # (calls, B, k)
+            top_logits = np.asarray(data["top_logits"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackageError(
+                f"{where}: inputs, tokens, top_ids, top_logits expected ({e})"
+            ) from None
+        B = len(inputs)
+        ok = (
+            B > 0
+            and all(r.ndim == 1 and len(r) > 0 for r in inputs)
+            and tokens.ndim == 2 and tokens.shape[1] == B and len(tokens) > 0
+            and top_ids.ndim == 3 and top_ids.shape[:2] == tokens.shape
+            and top_logits.shape == top_ids.shape
+            and all(((a >= 0) & (a < vocab_size)).all() for a in (tokens, top_ids, *inputs))
+            and np.isfinite(top_logits).all()
+        )  # fmt: skip
+        if not ok:
+            raise PackageError(f"{where}: shapes, ids or logits out of range")
+        return cls(
+            [r.tolist() for r in inputs], tokens.tolist(), top_ids.tolist(), top_logits.tolist()
+        )
+
+
+@dataclass(frozen=True)
+class VariantEntry:
+    files: dict[str, str]  # graph -> file
+    weights: str  # the variant's weights file
+    io_dtype: str = "float32"
+    description: str = ""
+    # what export measured on its machine (runtime.verify over golden.json): agreement (the
+    # fraction of decoder calls whose top token is PyTorch's), max_logit_diff, ms_per_token
+    measured: dict[str, float] = field(default_factory=dict)
+
+
+MEASURED_KEYS = ("agreement", "max_logit_diff", "ms_per_token")
+# held-out quality, when the checkpoint's training data is bundled (export.quality): BLEU on
+# Multi30k validation pairs (translation) or perplexity on Tiny Shakespeare's (LM)
+HELD_OUT_KEYS = ("bleu", "perplexity")
+
+
+def _measured(where: str, key: str, value: object) -> dict[str, float]:
+    value = _obj(where, key, value)
+    out = {}
+    for name in MEASURED_KEYS:
+        x = value.get(name)
+        if not isinstance(x, int | float) or isinstance(x, bool) or not 0 <= x < math.inf:
+            raise PackageError(f"{where}: {key}.{name} must be a number >= 0, got {x!r}")
+        if name == "agreement" and x > 1:
+            raise PackageError(f"{where}: {key}.agreement must be in [0, 1], got {x!r}")
+        out[name] = float(x)
+    for name in HELD_OUT_KEYS:  # optional
+        x = value.get(name)
+        if x is None:
+            continue
+        if not isinstance(x, int | float) or isinstance(x, bool) or not 0 <= x < math.inf:
+            raise PackageError(f"{where}: {key}.{name} must be a number >= 0, got {x!r}")
+        out[name] = float(x)
+    return out
+
+
+@dataclass(frozen=True)
+class PackageConfig:
+    """config.json, typed and checked: what export writes and the runtime reads."""
+
+    family: str
+    model: ModelConfig
+    special_tokens: SpecialTokens
+    graphs: dict[str, dict[str, list[str]]]
+    variants: dict[str, VariantEntry]
+    files: dict[str, str]  # file -> sha256
+    task: dict = field(default_factory=dict)  # e.g. {kind, src_lang, tgt_lang}
+    opset: int = 21
+    min_onnxruntime: str = MIN_ONNXRUNTIME
+    format: str = PACKAGE_FORMAT
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"model": model_to_json(self.model.to_dict())}
+
+    @classmethod
+    def from_json(cls, data: object, where: str = CONFIG_FILE) -> PackageConfig:
+        """Check types, ranges and names; PackageError names the key and what it must be."""
+        data = _obj(where, "the top level", data)
+        if data.get("format") != PACKAGE_FORMAT:
+            raise PackageError(f"{where}: not an edgeformer model package (format)")
+        fmt = data.get("format_version")
+        if fmt not in READABLE_VERSIONS:
+            raise PackageError(
+                f"{where}: format_version {fmt!r}; this runtime reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))} (re-export the checkpoint with this "
+                "edgeformer)"
+            )
+        family = data.get("family")
+        if family not in FAMILIES:
+            raise PackageError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
+        model = _model(where, _obj(where, "model", data.get("model")), family, fmt)
+        special = _obj(where, "special_tokens", data.get("special_tokens"))
+        vocab = model.vocab_size
+        ids = {k: _int(where, f"special_tokens.{k}", special.get(k), 0, vocab)
+               for k in ("pad_id", "bos_id", "eos_id")}  # fmt: skip
+        unk = special.get("unk_id")
+        if unk is not None:
+            _int(where, "special_tokens.unk_id", unk, 0, vocab)
+        graphs = _obj(where, "graphs", data.get("graphs"))
+        want = io_names(family, model.n_decoder_layers, fmt)
+        if graphs != want:
+            raise PackageError(f"{where}: graphs do not match the package contract of a {family}")
+        variants = {}
+        for name, entry in _obj(where, "variants", data.get("variants")).items():
+            key = f"variants.{name}"
+            entry = _obj(where, key, entry)
+            files = _names(where, f"{key}.files", entry.get("files"))
+            if set(files) != set(want):
+                raise PackageError(f"{where}: {key}.files must name the graphs {sorted(want)}")
+            _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
+            measured = entry.get("measured")
+            variants[name] = VariantEntry(
+                files, entry["weights"], str(entry.get("io_dtype", "float32")),
+                str(entry.get("description", "")),
+                _measured(where, f"{key}.measured", measured) if measured else {},
+            )  # fmt: skip
+        if "fp32" not in variants:
+            raise PackageError(f"{where}: variants has no fp32")
+        version = data.get("min_onnxruntime", MIN_ONNXRUNTIME)
+        _want(where, "min_onnxruntime", version, str, "a version string")
+        return cls(
+            family=family,
+            model=model,
+            special_tokens=SpecialTokens(**ids, unk_id=unk),
+            graphs=graphs,
+            variants=variants,
+            files=_names(where, "files", data.get("files")),
+            task=_obj(where, "task", data.get("task", {})),
+            opset=_int(where, "opset", data.get("opset", 21), 1),
+            min_onnxruntime=version,
+            format_version=fmt,
+        )
+
+
+# upper bounds on the sizes a config may declare (far above any model this runtime serves)
+MODEL_LIMITS = {
+    "vocab_size": 1 << 22,
+    "d_model": 1 << 16,
+    "n_heads": 1 << 10,
+    "n_decoder_layers": 1 << 10,
+    "max_len": 1 << 20,
+}
+
+
+def _model(where: str, stored: dict, family: str, version: int) -> ModelConfig:
+    """config.json's `model` as a ModelConfig: sizes bounded first (a config must not make us
+    allocate), then ModelConfig's own checks; every problem a PackageError naming the key."""
+    fields = model_from_json(stored, version)
+    for name, most in MODEL_LIMITS.items():
+        _int(where, stored_name(name, version), fields.get(name), 1, most + 1)
+    if fields.get("family", family) != family:
+        raise PackageError(f"{where}: model.family {fields.get('family')!r} != {family!r}")
+    try:
+        return ModelConfig.from_dict(fields | {"family": family})
+    except (TypeError, ValueError) as e:  # ModelConfig's message, in config.json's names
+        message = str(e)
+        if version != 2:
+            for ours, hf in HF_NAMES.items():
+                message = re.sub(rf"\b{ours}\b", hf, message)
+        raise PackageError(f"{where}: model: {message}") from None

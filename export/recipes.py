@@ -1,0 +1,97 @@
+"""Quantization recipes: how each variant of a package stores its weights.
+
+The variant names are the package format's (core.format.VARIANTS); here is how export makes each
+one. The measurements behind each choice are in docs/design-notes.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..core.format import VARIANTS
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """How a variant stores its weights. bits None = float32; else quantized by `method`:
+    MatMulNBits (symmetric blocks of `block_size` along the input dimension, `accuracy_level`
+    4 = int8 compute) or DynamicQuantizeMatMul (8 bits)."""
+
+    name: str
+    description: str
+    bits: int | None = None  # decoder and encoder linear layers
+    embed_bits: int | None = None  # token embedding (GatherBlockQuantized)
+    head_bits: int | None = None  # output projection (shares the table when tied)
+    block_size: int = 32
+    accuracy_level: int = 4  # 0 was slower than fp32 on AVX2 CPUs (README design notes)
+    io_dtype: str = "float32"
+    # "nbits": MatMulNBits (weights in blocks of block_size, activations too when
+    # accuracy_level is 4); "dynamic": DynamicQuantizeMatMul (8-bit only: int8 weights per
+    # output column, activations quantized per call to uint8 by onnxruntime)
+    method: str = "nbits"
+    # 4 bits: each block's scale minimises its squared error (a search below the absmax
+    # scale, export/builder.py) instead of onnxruntime's absmax; same format and kernels
+    scale_search: bool = False
+    # 4-bit linear layers: GPTQ against the activations of training examples when export has
+    # them (export/gptq.py; the embedding / output projection keep scale_search); same format
+    gptq: bool = False
+
+
+VARIANT_SPECS: dict[str, VariantSpec] = {
+    s.name: s
+    for s in (
+        VariantSpec("fp32", "float32 (reference)"),
+        VariantSpec(
+            "int8",
+            "MatMulNBits 8-bit weights everywhere, block 32, int8 compute",
+            bits=8,
+            embed_bits=8,
+            head_bits=8,
+        ),
+        VariantSpec(
+            "int4",
+            "MatMulNBits 4-bit weights everywhere, block 32 (scales fitted to each block), "
+            "int8 compute",
+            bits=4,
+            embed_bits=4,
+            head_bits=4,
+            scale_search=True,
+            gptq=True,
+        ),
+        VariantSpec(
+            "int8-dynamic",
+            "DynamicQuantizeMatMul: int8 weights (a scale per output column) everywhere, "
+            "activations quantized per call (one scale per batch): fastest at batch >= 8",
+            bits=8,
+            embed_bits=8,
+            head_bits=8,
+            method="dynamic",
+        ),
+    )
+}
+assert tuple(VARIANT_SPECS) == VARIANTS, "a recipe per variant of the format"
+
+
+def variant_spec(name: str, family: str, calibration: str | None = None) -> VariantSpec:
+    """The recipe of variant `name` for a model of `family`. A translator's int4 keeps its
+    embedding and output projection at 8 bits: 4 bits there lost 0.55 BLEU on a trained
+    translator's test set (README, Quantization), 8 bits nothing, at the same batch-1 speed;
+    an LM keeps 4 bits everywhere (within its bound, and its head is a larger share of a step).
+    calibration: what a GPTQ variant's linear layers were fitted to ("GPTQ on 512 training
+    examples"), for its description; None: not calibrated (scales fitted to each block)."""
+    spec = VARIANT_SPECS[name]
+    if name != "int4":
+        return spec
+    how = "scales fitted to each block" if calibration is None else calibration
+    if family == "encoder-decoder":
+        return replace(
+            spec,
+            embed_bits=8,
+            head_bits=8,
+            description=f"MatMulNBits 4-bit weights, block 32 ({how}), int8 compute; 8-bit "
+            "embedding and output projection",
+        )
+    return replace(
+        spec,
+        description=f"MatMulNBits 4-bit weights everywhere, block 32 ({how}), int8 compute",
+    )

@@ -1,0 +1,93 @@
+"""The package writer's low-level parts: graphs and their shared weights file, genai_config.json.
+
+export/exporter.py assembles a package from these; core.format names the files, core.schema
+types config.json, runtime/package.py reads it all back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..core.format import LOGITS_3D, graph_file, weights_file
+from ..core.schema import PackageConfig
+
+ALIGN = 4096  # external-data offsets on page boundaries: onnxruntime can mmap them
+INLINE_BYTES = 1024  # smaller initializers stay inside the graph
+
+
+def write_graphs(folder: Path, variant: str, protos: dict) -> dict[str, str]:
+    """Save a variant's graphs (onnx ModelProtos with inline initializers) into `folder`.
+
+    Initializers of INLINE_BYTES or more go to the variant's one weights file, each distinct
+    content once (the tied embedding and output projection, shared by encoder and decoder,
+    are stored once). Returns {graph: file name}, the weights file under "weights".
+    """
+    import onnx
+    from onnx.external_data_helper import set_external_data
+
+    weights = weights_file(variant)
+    offsets: dict[bytes, tuple[int, int]] = {}
+    files = {}
+    with open(folder / weights, "wb") as data:
+        for graph, proto in protos.items():
+            for t in proto.graph.initializer:
+                raw = t.raw_data
+                if len(raw) < INLINE_BYTES:
+                    continue
+                key = hashlib.sha256(raw).digest()
+                if key not in offsets:
+                    data.seek(-data.tell() % ALIGN, os.SEEK_CUR)
+                    offsets[key] = (data.tell(), len(raw))
+                    data.write(raw)
+                offset, length = offsets[key]
+                set_external_data(t, weights, offset, length)
+                t.ClearField("raw_data")
+            onnx.save_model(proto, folder / graph_file(graph, variant))
+            files[graph] = graph_file(graph, variant)
+    return {**files, "weights": weights}
+
+
+def genai_config(config: PackageConfig, variant: str = "fp32") -> dict:
+    """onnxruntime-genai's config for a decoder-only package's `variant` (model type "decoder":
+    genai's generic decoder-only LLM): our IO names, the 3-D logits, the shared cache buffer."""
+    m = config.model
+    sp = config.special_tokens
+    decoder = {
+        "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+        "filename": graph_file("decoder", variant),
+        "head_size": m.head_dim,
+        "hidden_size": m.d_model,
+        "num_attention_heads": m.n_heads,
+        "num_hidden_layers": m.n_decoder_layers,
+        "num_key_value_heads": m.kv_heads,
+        "inputs": {
+            "input_ids": "input_ids",
+            "position_ids": "position_ids",
+            "attention_mask": "attention_mask",
+            "past_key_names": "past_key_values.%d.key",
+            "past_value_names": "past_key_values.%d.value",
+        },
+        "outputs": {
+            "logits": LOGITS_3D,
+            "present_key_names": "present.%d.key",
+            "present_value_names": "present.%d.value",
+        },
+    }
+    model = {
+        "type": "decoder",
+        "vocab_size": m.vocab_size,
+        "context_length": m.max_len,
+        "bos_token_id": sp.bos_id,
+        "eos_token_id": sp.eos_id,
+        "pad_token_id": sp.pad_id,
+        "decoder": decoder,
+    }
+    search = {
+        "max_length": m.max_len,
+        "past_present_share_buffer": True,
+        "do_sample": False,
+        "num_beams": 1,
+    }
+    return {"model": model, "search": search}
