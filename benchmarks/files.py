@@ -58,7 +58,7 @@ class FileWorkload:
 
 def test_set_lengths() -> list[int]:
     """Words per line of test_2016_flickr.en (the bundled Multi30k test set)."""
-    from edgeformer.train.data import DATA_DIR, multi30k_file, read_lines
+    from edgeformer.core.data import DATA_DIR, multi30k_file, read_lines
 
     lines = read_lines(multi30k_file(DATA_DIR, "test_2016_flickr", "en"))
     return [max(1, len(line.split())) for line in lines]

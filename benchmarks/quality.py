@@ -1,7 +1,7 @@
 """Quality of trained packages per variant, with speed: BLEU on Multi30k test_2016_flickr
 (translation) and perplexity on the Tiny Shakespeare val split (the last 10 % of input.txt).
 
-Both read the bundled data (edgeformer/train/data) and score through edgeformer.export.quality,
+Both read the bundled data (core.data) and score through edgeformer.export.quality,
 the functions export uses for its held-out measurements: sacreBLEU on detokenised greedy
 output, cased and lowercased; perplexity through the package's `decoder` graph over
 non-overlapping windows of max_len tokens, so it measures exactly what the runtime ships.
@@ -15,16 +15,16 @@ from pathlib import Path
 
 
 def multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
-    """The bundled Multi30k split's lines (train.data reads them, as training does)."""
-    from edgeformer.train.data import DATA_DIR, multi30k_file, read_lines
+    """The bundled Multi30k split's lines (core.data reads them, as training does)."""
+    from edgeformer.core.data import DATA_DIR, multi30k_file, read_lines
 
     lines = read_lines(multi30k_file(DATA_DIR, split, lang))
     return lines[:limit] if limit else lines
 
 
 def shakespeare_val() -> str:
-    """Tiny Shakespeare's val split, as training splits it (train.data.load_shakespeare)."""
-    from edgeformer.train.data import load_shakespeare
+    """Tiny Shakespeare's val split, as training splits it (core.data.load_shakespeare)."""
+    from edgeformer.core.data import load_shakespeare
 
     return load_shakespeare()[1]
 
@@ -52,8 +52,8 @@ def bleu(
 
     With `checkpoint` (the package's source), each variant also reports `same_as_torch`: how
     many greedy translations equal the PyTorch model's greedy translations."""
+    from edgeformer.core.metrics import bleu_scores
     from edgeformer.export.quality import translation_bleu  # imports torch: only when asked
-    from edgeformer.train.evaluate import bleu_scores
 
     from ..runtime.package import load_package
 

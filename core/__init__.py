@@ -6,5 +6,8 @@ format.py             the package format's names and versions (file names, graph
 schema.py             config.json read into a typed PackageConfig; PackageError
 variants.py           which variant `variant="auto"` picks, and the quality bounds
 generation_config.py  Hugging Face's generation_config.json <-> GenerationOptions
+data.py               the bundled data sets (Multi30k, Tiny Shakespeare) and TrainingData, the
+                      typed record of what a checkpoint was trained on
+metrics.py            BLEU and perplexity windows: one path for training, export and bench
 files.py              checksums and safe writes
 """

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..core.data import TrainingData
 from ..core.files import sha256
 from ..core.format import (
     CONFIG_FILE,
@@ -131,7 +132,7 @@ def write_run_configs(folder: Path, checkpoint_dir: Path, config: PackageConfig)
 
 
 def measure_variants(
-    folder: Path, config: PackageConfig, checkpoint_config: dict, verbose: bool
+    folder: Path, config: PackageConfig, data: TrainingData | None, verbose: bool
 ) -> PackageConfig:
     """Each variant's agreement with PyTorch's golden run and its ms/token on this machine
     (runtime.verify), and its held-out BLEU / perplexity when the checkpoint's training data is
@@ -139,10 +140,7 @@ def measure_variants(
     from ..runtime.verify import verify
     from .quality import held_out_quality
 
-    held = held_out_quality(folder, checkpoint_config, list(config.variants))
-    for variant, quality in held.items():
-        shown = ", ".join(f"{k} {v:.2f}" for k, v in quality.items())
-        _log(verbose, f"{variant}: held-out {shown}")
+    held = held_out_quality(folder, data, list(config.variants), lambda m: _log(verbose, m))
     measured = {}
     for c in verify(folder):
         if c.error is None:
@@ -162,13 +160,13 @@ def measure_variants(
 
 
 def calibrate(
-    model, checkpoint_dir: Path, ckpt_config: dict, variants: list[str], verbose: bool
+    model, checkpoint_dir: Path, data: TrainingData | None, variants: list[str], verbose: bool
 ) -> tuple[Hessians, str | None]:
     """GPTQ's input Hessians and their description, when a variant wants them and the
     checkpoint's training data is at hand; else (None, None): scales fitted per block."""
     if not any(VARIANT_SPECS[v].gptq for v in variants):
         return None, None
-    found = calibration_batches(model, checkpoint_dir, ckpt_config, CALIBRATION_EXAMPLES)
+    found = calibration_batches(model, checkpoint_dir, data, CALIBRATION_EXAMPLES)
     if found is None:
         _log(verbose, "int4: no bundled training data for GPTQ: scales fitted to each block")
         return None, None
@@ -196,6 +194,7 @@ def export_package(
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
     check_target(checkpoint_dir, out_dir, force)
     model, ckpt_config = load_checkpoint(checkpoint_dir)
+    data = TrainingData.of_checkpoint(ckpt_config)
     cfg = model.cfg
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -209,7 +208,7 @@ def export_package(
             shutil.copyfile(checkpoint_dir / SOURCE_TOKENIZER, tmp / SOURCE_TOKENIZER_FILE)
             tokenizers.append(SOURCE_TOKENIZER_FILE)
         entries: dict[str, VariantEntry] = {}
-        hessians, calibration = calibrate(model, checkpoint_dir, ckpt_config, variants, verbose)
+        hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
         with torch.no_grad():
             for variant in variants:
                 t = time.perf_counter()
@@ -242,7 +241,7 @@ def export_package(
         write_run_configs(tmp, checkpoint_dir, config)
         config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
-        config = measure_variants(tmp, config, ckpt_config, verbose)
+        config = measure_variants(tmp, config, data, verbose)
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
         (tmp / PID_FILE).unlink()
         check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed meanwhile

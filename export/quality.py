@@ -2,19 +2,27 @@
 through the runtime's own decoding and scoring, so it measures exactly what ships.
 
 Export records them per variant (`measured`, read by variant="auto") when the checkpoint was
-trained on data that is bundled: a Multi30k translator gets BLEU on the validation pairs of
-its direction (all 1,014: on 200, a variant 1.4 BLEU worse on the test set measured 0.3 worse),
-a Tiny Shakespeare LM perplexity on the first HELD_OUT_WINDOWS windows of the validation
-split. The bench's quality rows use the same functions on the test set and whole validation
-split.
+trained on the bundled data (core.data.TrainingData): a Multi30k translator gets BLEU on the
+validation pairs of its direction (all 1,014: on 200, a variant 1.4 BLEU worse on the test set
+measured 0.3 worse), a Tiny Shakespeare LM perplexity on the first HELD_OUT_WINDOWS windows of
+the validation split. The benchmark's quality rows use the same functions on the test set and
+the whole validation split. GPTQ's calibration examples come from the training split here too.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from ..core.data import TrainingData, load_multi30k, load_shakespeare
+from ..core.format import TOKENIZER_FILE
+from ..core.metrics import bleu_scores, windows
+
 HELD_OUT_WINDOWS = 256
+Progress = Callable[[str], None]
 
 
 def translation_bleu(
@@ -25,10 +33,9 @@ def translation_bleu(
     threads: int | None = None,
     batch_size: int = 32,
 ) -> tuple[dict, list[str]]:
-    """(cased and lowercased sacreBLEU of greedy translations, the translations); output cap
-    max_len - 1 (the model's whole target length)."""
-    from edgeformer.runtime import Translator
-    from edgeformer.train.evaluate import bleu_scores
+    """(cased and lowercased sacreBLEU of greedy translations, the translations). Each
+    translation may use the model's whole target length (max_len - 1 new tokens)."""
+    from ..runtime import Translator
 
     tr = Translator(package, variant=variant, provider="cpu", threads=threads)
     cap = tr.max_len - 1
@@ -38,19 +45,15 @@ def translation_bleu(
 
 def text_windows(package: str | Path, text: str, limit: int | None = None) -> list[list[int]]:
     """`text` tokenized line by line (as training encodes it) and cut into non-overlapping
-    windows of max_len + 1 tokens: every token after a window's first is predicted once."""
-    import numpy as np
+    windows of max_len + 1 tokens (core.metrics.windows)."""
     from tokenizers import Tokenizer
 
     from ..runtime.package import load_package
 
     T = load_package(package, verify=False).config.model.max_len
-    tok = Tokenizer.from_file(str(Path(package) / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(Path(package) / TOKENIZER_FILE))
     enc = tok.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
-    ids = np.asarray([i for e in enc for i in e.ids], np.int64)
-    windows = [ids[s : s + T + 1].tolist() for s in range(0, len(ids) - 1, T)]
-    windows = [w for w in windows if len(w) > 1]
-    return windows[:limit] if limit else windows
+    return windows([i for e in enc for i in e.ids], T, limit)
 
 
 def windows_perplexity(
@@ -61,7 +64,7 @@ def windows_perplexity(
     batch_size: int = 64,
 ) -> dict:
     """{"loss", "ppl", "tokens"}: teacher-forced through the runtime's step loop."""
-    from edgeformer.runtime import Generator
+    from ..runtime import Generator
 
     gen = Generator(package, variant=variant, provider="cpu", threads=threads)
     nll, count = 0.0, 0
@@ -73,57 +76,62 @@ def windows_perplexity(
     return {"loss": loss, "ppl": math.exp(loss), "tokens": count}
 
 
-def held_out_quality(package: Path, checkpoint_config: dict, variants: list[str]) -> dict:
-    """{variant: {"bleu": ...} or {"perplexity": ...}} on the checkpoint's held-out data; {}
-    when it has none (a converted Hugging Face model, a run on other data, no train extra)."""
-    task = checkpoint_config.get("task") or {}
-    train = checkpoint_config.get("train") or {}
-    if train.get("data_dir") is not None:  # trained on other data than the bundled
+def held_out_quality(
+    package: Path, data: TrainingData | None, variants: list[str], say: Progress = print
+) -> dict:
+    """{variant: {"bleu": ...} or {"perplexity": ...}} on the held-out split of the bundled data
+    the checkpoint was trained on; {} when there is none (a converted Hugging Face model, a run
+    on the user's own data)."""
+    if data is None or not data.held_out:
         return {}
-    try:
-        from edgeformer.train.data import load_multi30k, load_shakespeare
-    except ImportError:
-        return {}
-    if task.get("kind") == "translation" and task.get("src_lang") and task.get("tgt_lang"):
-        src, refs = load_multi30k("val", task["src_lang"], task["tgt_lang"])
-        return {v: {"bleu": translation_bleu(package, v, src, refs)[0]["bleu"]} for v in variants}
-    if task.get("kind") == "lm" and train.get("tokenizer") == "char":
-        windows = text_windows(package, load_shakespeare()[1], HELD_OUT_WINDOWS)
-        return {v: {"perplexity": windows_perplexity(package, v, windows)["ppl"]} for v in variants}
-    return {}
+    out = {}
+    if data.dataset == "multi30k":
+        assert data.src_lang is not None and data.tgt_lang is not None
+        src, refs = load_multi30k("val", data.src_lang, data.tgt_lang)
+        for v in variants:
+            out[v] = {"bleu": translation_bleu(package, v, src, refs)[0]["bleu"]}
+            say(f"{v}: held-out BLEU {out[v]['bleu']:.2f} (greedy, {len(src):,} Multi30k val "
+                f"sentences {data.src_lang}-{data.tgt_lang}, cased sacreBLEU)")  # fmt: skip
+        return out
+    held = text_windows(package, load_shakespeare()[1], HELD_OUT_WINDOWS)
+    for v in variants:
+        out[v] = {"perplexity": windows_perplexity(package, v, held)["ppl"]}
+        say(f"{v}: held-out perplexity {out[v]['perplexity']:.3f} (first {len(held)} windows of "
+            "Tiny Shakespeare's val split)")  # fmt: skip
+    return out
 
 
 def calibration_batches(
-    model, checkpoint_dir: Path, checkpoint_config: dict, examples: int
+    model, checkpoint_dir: Path, data: TrainingData | None, examples: int
 ) -> tuple[list[tuple], str] | None:
-    """(model(*batch) inputs, what they are) from the first `examples` training examples of
-    the checkpoint's bundled data (GPTQ's calibration, export/gptq.py); None when it has none
-    (as held_out_quality). Never the validation split, which the held-out check reads."""
-    import numpy as np
+    """(model(*batch) inputs, what they are) from the first `examples` training examples of the
+    bundled data the checkpoint was trained on (GPTQ's calibration, export/gptq.py); None when
+    there is none (as held_out_quality). Never the validation split, which the held-out check
+    reads."""
     import torch
+    from tokenizers import Tokenizer
 
-    task = checkpoint_config.get("task") or {}
-    train = checkpoint_config.get("train") or {}
-    if not train or train.get("data_dir") is not None:  # not trained here, or on other data
+    from ..models.batch import collate, make_pairs
+
+    if data is None or not data.bundled:
         return None
-    try:
-        from edgeformer.train.data import load_multi30k, load_shakespeare
-        from edgeformer.train.tokenizer import encode, encode_stream, load_tokenizer
-        from edgeformer.train.trainer import collate, make_pairs
-    except ImportError:
-        return None
-    if task.get("kind") == "translation" and task.get("src_lang") and task.get("tgt_lang"):
-        tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
-        src, tgt = load_multi30k("train", task["src_lang"], task["tgt_lang"], None, examples)
-        pairs, _ = make_pairs(encode(tok, src), encode(tok, tgt), model.cfg.max_len)
-        batches = [tuple(collate(pairs[b : b + 64])[:2]) for b in range(0, len(pairs), 64)]
+    tok = Tokenizer.from_file(str(checkpoint_dir / TOKENIZER_FILE))
+    cfg = model.cfg
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+    if data.dataset == "multi30k":
+        assert data.src_lang is not None and data.tgt_lang is not None
+        src, tgt = load_multi30k("train", data.src_lang, data.tgt_lang, None, examples)
+        pairs, _ = make_pairs(encode(src), encode(tgt), cfg.max_len, cfg.eos_id)
+        ids = (cfg.pad_id, cfg.bos_id, cfg.eos_id)
+        batches = [tuple(collate(pairs[b : b + 64], *ids)[:2]) for b in range(0, len(pairs), 64)]
         return batches, f"GPTQ on {len(pairs)} training pairs"
-    if task.get("kind") == "lm" and train.get("tokenizer") == "char":
-        tok = load_tokenizer(checkpoint_dir / "tokenizer.json")
-        ids = np.asarray(encode_stream(tok, load_shakespeare()[0]), dtype=np.int64)
-        T = model.cfg.max_len
-        n = min(examples, len(ids) // T)  # windows of T tokens, spread over the split
-        starts = np.linspace(0, len(ids) - T, n).astype(np.int64)
-        x = torch.from_numpy(np.stack([ids[s : s + T] for s in starts]))
-        return [(x[b : b + 32],) for b in range(0, n, 32)], f"GPTQ on {n * T} training tokens"
-    return None
+    lines = load_shakespeare()[0].splitlines(keepends=True)
+    stream = np.asarray([i for ids in encode(lines) for i in ids], dtype=np.int64)
+    T = cfg.max_len
+    n = min(examples, len(stream) // T)  # windows of T tokens, spread over the split
+    starts = np.linspace(0, len(stream) - T, n).astype(np.int64)
+    x = torch.from_numpy(np.stack([stream[s : s + T] for s in starts]))
+    return [(x[b : b + 32],) for b in range(0, n, 32)], f"GPTQ on {n * T} training tokens"

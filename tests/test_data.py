@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from edgeformer.train.data import load_multi30k, load_shakespeare
+from edgeformer.core.data import load_multi30k, load_shakespeare
 
 
 def write(path, lines, gz=False):

@@ -365,19 +365,23 @@ def test_gptq_int4():
 def test_int4_calibrated_on_training_data(ed_checkpoint, tmp_path):
     """A checkpoint trained on bundled data gets GPTQ int4 from its training pairs (said in the
     variant's description) and still passes export's parity check; other data: none."""
+    from edgeformer.core.data import TrainingData
     from edgeformer.export.quality import calibration_batches
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(ed_checkpoint, ckpt)
     config = json.loads((ckpt / "config.json").read_text())
-    config["task"] = {"kind": "translation", "src_lang": "en", "tgt_lang": "de"}
-    config["train"] = {"data_dir": None}
+    data = TrainingData("multi30k", bundled=True, tokenizer="bpe", src_lang="en", tgt_lang="de")
+    config["data"] = data.to_json()
     (ckpt / "config.json").write_text(json.dumps(config))
+    assert TrainingData.of_checkpoint(config) == data
     model, _ = load_checkpoint(ckpt)
-    batches, what = calibration_batches(model, ckpt, config, 40)
+    batches, what = calibration_batches(model, ckpt, data, 40)
     n = sum(len(b[0]) for b in batches)  # those of the first 40 that fit max_len
     assert 0 < n <= 40 and what == f"GPTQ on {n} training pairs"
-    assert calibration_batches(model, ckpt, {**config, "train": {"data_dir": "x"}}, 40) is None
+    other = TrainingData("multi30k", bundled=False, tokenizer="bpe", src_lang="en", tgt_lang="de")
+    assert calibration_batches(model, ckpt, other, 40) is None
+    assert calibration_batches(model, ckpt, None, 40) is None  # not trained here
 
     pkg = export_package(ckpt, tmp_path / "pkg", variants=["int4"], verbose=False)
     described = json.loads((pkg / "config.json").read_text())["variants"]["int4"]["description"]

@@ -380,7 +380,7 @@ def marian_vocab(root, lines_en: list[str], lines_de: list[str]) -> dict[str, in
 def marian(tmp_path_factory):
     """(HF model, MarianTokenizer, HF folder, checkpoint, package with fp32 and int4)."""
     pytest.importorskip("sentencepiece")
-    from edgeformer.train.data import load_multi30k
+    from edgeformer.core.data import load_multi30k
 
     root = tmp_path_factory.mktemp("marian")
     en, de = load_multi30k("train", "en", "de", max_sentences=800)
@@ -508,7 +508,7 @@ def test_marian_tokenizers_equal_sentencepiece(marian):
     import sentencepiece
     from tokenizers import Tokenizer
 
-    from edgeformer.train.data import load_multi30k
+    from edgeformer.core.data import load_multi30k
 
     _, tok, src, ckpt, _ = marian
     vocab = json.loads((src / "vocab.json").read_text())

@@ -9,20 +9,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from edgeformer.core.data import TrainingData, load_multi30k
 from edgeformer.models import build_model
+from edgeformer.models.batch import collate, make_pairs, teacher_forcing
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
 from edgeformer.runtime.cli import main
 from edgeformer.train.config import PRESETS, TrainConfig, preset
-from edgeformer.train.data import load_multi30k
 from edgeformer.train.trainer import (
-    collate,
     load_train_state,
     lr_at,
     make_optimizer,
-    make_pairs,
     save_train_state,
     smoothed_loss,
-    teacher_forcing,
     token_batches,
     train,
 )
@@ -211,6 +209,11 @@ def test_tiny_preset_end_to_end_via_cli(data_dir, tmp_path, capsys):
     config = json.loads((out / "best/config.json").read_text())
     assert config["task"] == {"kind": "translation", "src_lang": "en", "tgt_lang": "de"}
     assert config["train"]["max_sentences"] == 200
+    # the typed record export reads (GPTQ's examples, held-out BLEU): here, not the bundled data
+    assert TrainingData.of_checkpoint(config) == TrainingData(
+        "multi30k", bundled=False, tokenizer="bpe", src_lang="en", tgt_lang="de"
+    )
+    assert "bleu: greedy, 8 Multi30k val sentences en-de, cased sacreBLEU" in printed
     log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in log if "epoch" in r] == [1, 2, 3]
     assert all(math.isfinite(r["val_loss"]) and r["bleu"] is not None for r in log if "epoch" in r)
@@ -242,7 +245,9 @@ def test_lm_end_to_end_and_evaluate(tmp_path):
     log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     assert [r["iter"] for r in log if "iter" in r] == [30, 60]
     assert log[1]["val_loss"] < log[0]["val_loss"] < math.log(30)
-    assert json.loads((out / "best/config.json").read_text())["task"] == {"kind": "lm"}
+    config = json.loads((out / "best/config.json").read_text())
+    assert config["task"] == {"kind": "lm"}
+    assert TrainingData.of_checkpoint(config) == TrainingData("tinyshakespeare", False, "char")
     assert "## Sample 1" in (out / "samples.md").read_text()
     result = evaluate_lm(out / "best", data_dir=tmp_path / "data")
     assert result["tokens"] == len(text) - int(len(text) * 0.9) - 1

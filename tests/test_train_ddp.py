@@ -10,8 +10,8 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_model
 
+from edgeformer.core.data import load_multi30k
 from edgeformer.train.config import TrainConfig
-from edgeformer.train.data import load_multi30k
 
 
 def worker(rank: int, world: int, port: int, root: str) -> None:

@@ -14,12 +14,12 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from edgeformer.core.data import load_multi30k
 from edgeformer.models import ModelConfig, build_model
 from edgeformer.models.checkpoint import save_checkpoint
 from edgeformer.runtime.cli import main
 from edgeformer.train import trainer
 from edgeformer.train.config import TrainConfig, preset
-from edgeformer.train.data import load_multi30k
 from edgeformer.train.trainer import (
     LOCK,
     OutputLocked,

@@ -130,15 +130,19 @@ def test_export_records_held_out_quality_and_auto_respects_its_bounds(
     project's bounds against fp32 (0.5 BLEU, +3 % perplexity) whatever its agreement."""
     import dataclasses
 
+    from edgeformer.core.data import TrainingData
     from edgeformer.core.variants import pick_variant
     from edgeformer.export import export_package
 
+    m30k = TrainingData("multi30k", bundled=True, tokenizer="bpe", src_lang="en", tgt_lang="de")
+    shakespeare = TrainingData("tinyshakespeare", bundled=True, tokenizer="char")
     metas = {
-        "ed": (ed_checkpoint, {"task": {"kind": "translation", "src_lang": "en",
-                                        "tgt_lang": "de"}}, "bleu"),
+        "ed": (ed_checkpoint, {"data": m30k.to_json()}, "bleu"),
+        # a checkpoint written before the record: read from its task and train keys
         "lm": (lm_checkpoint, {"task": {"kind": "lm"},
                                "train": {"tokenizer": "char", "data_dir": None}}, "perplexity"),
     }  # fmt: skip
+    assert TrainingData.of_checkpoint(metas["lm"][1]) == shakespeare
     for name, (ckpt, meta, key) in metas.items():
         trained = tmp_path / f"{name}-ckpt"
         shutil.copytree(ckpt, trained)

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from edgeformer.core.config import ModelConfig
+from edgeformer.core.data import TrainingData
 
 TASKS = ("translation", "lm")
 DIRECTIONS = ("en-de", "de-en")
@@ -28,7 +29,7 @@ def default_model(**kw) -> ModelConfig:
 class TrainConfig:
     task: str = "translation"  # "translation" (Multi30k) | "lm" (Tiny Shakespeare)
     direction: str = "en-de"  # translation: "en-de" | "de-en"
-    data_dir: str | None = None  # None: the bundled data (edgeformer/train/data)
+    data_dir: str | None = None  # None: the bundled data (core.data)
     max_sentences: int | None = None  # translation: use only the first N training pairs
     tokenizer: str = "bpe"  # "bpe" | "char" (char: LM only)
     # bpe: the tokenizer lowercases its input (training data, then the package's inputs and
@@ -109,6 +110,13 @@ class TrainConfig:
         self.model = replace(self.model, family=family, max_len=max_len)  # re-validated
         if not lm and self.batch_tokens < self.model.max_len:
             bad(f"batch_tokens={self.batch_tokens} is smaller than max_len={self.model.max_len}")
+
+    def training_data(self) -> TrainingData:
+        """The record of what this run trains on, stored in its checkpoints (core.data)."""
+        bundled = self.data_dir is None
+        if self.task == "lm":
+            return TrainingData("tinyshakespeare", bundled, self.tokenizer)
+        return TrainingData("multi30k", bundled, self.tokenizer, self.src_lang, self.tgt_lang)
 
     @property
     def src_lang(self) -> str:

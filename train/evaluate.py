@@ -1,10 +1,8 @@
 """Evaluation of checkpoints: BLEU on Multi30k for translation, loss / perplexity for an LM.
 
-Two BLEU scores, both with sacreBLEU on detokenised output (tokenizer.decode):
-    bleu     cased, default "13a" tokenisation: the standard, comparable sacreBLEU score
-    bleu_lc  lowercase=True, "13a" tokenisation: the research protocol of Multi30k papers
-             (multi-bleu on lowercased, tokenised text), which 13a approximates closely
-Decoding goes through edgeformer.models.translate_ids (the shared numpy greedy / beam search).
+BLEU and perplexity windows are core.metrics' (the same as export's held-out check and the
+benchmark's); decoding goes through edgeformer.models.translate_ids (core.decoding's greedy /
+beam search over the PyTorch model).
 """
 
 from __future__ import annotations
@@ -20,11 +18,12 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from edgeformer.core.data import load_multi30k, load_shakespeare
 from edgeformer.core.decoding import GenerationOptions
+from edgeformer.core.metrics import bleu_scores, windows
 from edgeformer.models import complete_ids, translate_ids
 from edgeformer.models.checkpoint import load_checkpoint
 
-from .data import load_multi30k, load_shakespeare
 from .tokenizer import EOS_ID, encode, encode_stream, load_tokenizer
 
 
@@ -39,8 +38,8 @@ def translate_texts(
 ) -> list[str]:
     """Detokenised translations of `sources`, batched by length, in the input order.
 
-    max_new_tokens: None = 2 x the batch's longest source + 10 (at most max_len - 1), which is
-    fast but makes a looping output's length depend on its batch; give a number to compare.
+    max_new_tokens: None = the model's whole target length (max_len - 1), as the runtime and
+    export's held-out BLEU decode, so that the figures agree.
     """
     model.eval()
     max_len = model.cfg.max_len
@@ -55,25 +54,11 @@ def translate_texts(
     out: list[str] = [""] * len(ids)
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
-        longest = max(len(ids[i]) for i in chunk)
-        n = max_new_tokens or min(max_len - 1, 2 * longest + 10)
+        n = max_new_tokens or max_len - 1
         opts = GenerationOptions(max_new_tokens=n, num_beams=beams)
         for i, hyp in zip(chunk, translate_ids(model, [ids[i] for i in chunk], opts)):
             out[i] = tok.decode(hyp)
     return out
-
-
-def bleu_scores(hyps: list[str], refs: list[str]) -> dict:
-    """Cased sacreBLEU (13a) and lowercased BLEU (13a, lowercase=True)."""
-    from sacrebleu.metrics import BLEU
-
-    cased, lower = BLEU(), BLEU(lowercase=True)
-    return {
-        "bleu": round(cased.corpus_score(hyps, [refs]).score, 2),
-        "bleu_lc": round(lower.corpus_score(hyps, [refs]).score, 2),
-        "signature": str(cased.get_signature()),
-        "signature_lc": str(lower.get_signature()),
-    }
 
 
 def evaluate_translation(
@@ -128,14 +113,14 @@ def evaluate_lm(
     tok = load_tokenizer(Path(checkpoint_dir) / "tokenizer.json")
     ids = np.asarray(encode_stream(tok, load_shakespeare(data_dir)[1]), dtype=np.int64)
     T = model.cfg.max_len
-    windows = [ids[s : s + T + 1] for s in range(0, len(ids) - 1, T)]
-    full = [w for w in windows if len(w) == T + 1]
+    held = windows(ids.tolist(), T)
+    full = [w for w in held if len(w) == T + 1]
     groups = [full[b : b + batch_size] for b in range(0, len(full), batch_size)]
-    groups += [[w] for w in windows if len(w) != T + 1]  # the short last window on its own
+    groups += [[w] for w in held if len(w) != T + 1]  # the short last window on its own
     total, count = 0.0, 0
     for group in groups:
-        x = torch.from_numpy(np.stack([w[:-1] for w in group])).to(device)  # (B, T)
-        y = torch.from_numpy(np.stack([w[1:] for w in group])).to(device)
+        x = torch.tensor([w[:-1] for w in group], device=device)  # (B, T)
+        y = torch.tensor([w[1:] for w in group], device=device)
         logits, _ = model(x)
         total += float(F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum"))
         count += y.numel()

@@ -35,15 +35,15 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm import tqdm
 
+from edgeformer.core.data import CHECKPOINT_KEY, load_multi30k, load_shakespeare
+from edgeformer.core.metrics import bleu_scores
 from edgeformer.models import DecoderOnly, EncoderDecoder, ModelConfig, build_model
+from edgeformer.models.batch import collate, make_pairs
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
 
 from .config import TrainConfig
-from .data import load_multi30k, load_shakespeare
 from .evaluate import lm_samples, translate_texts
 from .tokenizer import (
-    BOS_ID,
-    EOS_ID,
     PAD_ID,
     encode,
     encode_stream,
@@ -57,20 +57,6 @@ LOCK = ".lock"  # OUT/.lock: the PID of the training writing into OUT
 CHECKPOINTS = ("best", "last", "averaged")
 
 # ----------------------------------------------------------------------------- batches and loss
-
-
-def teacher_forcing(tgt: list[int], bos: int = BOS_ID, eos: int = EOS_ID):
-    """Target ids y -> (decoder input [BOS] + y, decoder output y + [EOS])."""
-    return [bos] + tgt, tgt + [eos]
-
-
-def make_pairs(
-    src: list[list[int]], tgt: list[list[int]], max_len: int
-) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """(source + [EOS], target) pairs that fit max_len, and the number filtered out."""
-    pairs = [(s + [EOS_ID], t) for s, t in zip(src, tgt)]
-    kept = [(s, t) for s, t in pairs if len(s) <= max_len and len(t) + 1 <= max_len]
-    return kept, len(pairs) - len(kept)
 
 
 def token_batches(
@@ -97,19 +83,6 @@ def token_batches(
     if rng is not None:
         rng.shuffle(batches)
     return batches
-
-
-def collate(pairs: list[tuple[list[int], list[int]]]):
-    """Pairs -> src (B, S), tgt_in (B, T), tgt_out (B, T), padded with PAD."""
-
-    def pad(seqs: list[list[int]]) -> torch.Tensor:
-        out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
-        for i, s in enumerate(seqs):
-            out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        return out
-
-    shifted = [teacher_forcing(t) for _, t in pairs]
-    return pad([s for s, _ in pairs]), pad([i for i, _ in shifted]), pad([o for _, o in shifted])
 
 
 def smoothed_loss(
@@ -518,12 +491,15 @@ def train_translation(run: Run) -> nn.Module:
     meta = {
         "task": {"kind": "translation", "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang},
         "train": cfg.to_dict(),
+        CHECKPOINT_KEY: cfg.training_data().to_json(),
     }
     run.say(
         f"translation {cfg.direction}: {len(train_pairs):,} train pairs, {len(val_pairs):,} "
         f"val, vocab {tok.get_vocab_size():,}, {model.num_params() / 1e6:.2f}M parameters, "
         f"{run.device}" + (f" x {run.world} processes" if run.world > 1 else "")
     )
+    if bleu_n:
+        run.say(f"bleu: {bleu_label(cfg, len(bleu_src))}")
 
     optimizer = make_optimizer(model, cfg)
     state = restore(run, optimizer)
@@ -559,7 +535,7 @@ def train_translation(run: Run) -> nn.Module:
             bleu = None
             if bleu_n:
                 hyps = translate_texts(model, tok, bleu_src)
-                bleu = corpus_bleu(hyps, bleu_ref, lowercase=cfg.lowercase)
+                bleu = val_bleu(hyps, bleu_ref, cfg.lowercase)
             record = {
                 "epoch": epoch + 1,
                 "step": step,
@@ -584,12 +560,16 @@ def train_translation(run: Run) -> nn.Module:
     return model
 
 
-def corpus_bleu(hyps: list[str], refs: list[str], **kw) -> float:
-    """sacreBLEU 13a; the training log's and best/averaged choice's BLEU (lowercased for a
-    --lowercase run, whose outputs are lowercase)."""
-    import sacrebleu
+def val_bleu(hyps: list[str], refs: list[str], lowercase: bool) -> float:
+    """The run's BLEU (core.metrics, as export's held-out check): cased sacreBLEU 13a, or
+    lowercased for a --lowercase run, whose outputs are lowercase."""
+    return bleu_scores(hyps, refs)["bleu_lc" if lowercase else "bleu"]
 
-    return float(sacrebleu.corpus_bleu(hyps, [refs], **kw).score)
+
+def bleu_label(cfg: TrainConfig, sentences: int) -> str:
+    """What the BLEU figures of a run are: decoding, sentences, split, casing."""
+    case = "lowercased" if cfg.lowercase else "cased"
+    return f"greedy, {sentences:,} Multi30k val sentences {cfg.direction}, {case} sacreBLEU"
 
 
 def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, bleu_ref) -> None:
@@ -600,7 +580,7 @@ def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, ble
         m = save_averaged(run, model, tok_path, meta) if name == "averaged" else None
         m = m if m is not None else load_checkpoint(run.out / "best", run.device)[0]
         hyps = translate_texts(m, tok, bleu_src) if bleu_src else []
-        bleu = corpus_bleu(hyps, bleu_ref, lowercase=cfg.lowercase) if bleu_src else None
+        bleu = val_bleu(hyps, bleu_ref, cfg.lowercase) if bleu_src else None
         scores[name] = {"val_loss": translation_val_loss(run, m, val_pairs), "bleu": bleu}
         scores[name]["hyps"] = hyps
     key = "bleu" if bleu_src else "val_loss"
@@ -610,7 +590,7 @@ def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, ble
     run.log({"final": summary, "samples_from": pick, "elapsed": time.time() - run.t0})
     for n, s in summary.items():
         bleu_note = (
-            f", val BLEU {s['bleu']:.1f} ({len(bleu_src)} sentences)"
+            f", val BLEU {s['bleu']:.2f} ({bleu_label(cfg, len(bleu_src))})"
             if s["bleu"] is not None
             else ""
         )
@@ -670,7 +650,11 @@ def train_lm(run: Run) -> nn.Module:
                 f"empty dataset: the {name} split has {len(ids)} tokens, "
                 f"fewer than block_size + 2 = {block + 2}"
             )
-    meta = {"task": {"kind": "lm"}, "train": cfg.to_dict()}
+    meta = {
+        "task": {"kind": "lm"},
+        "train": cfg.to_dict(),
+        CHECKPOINT_KEY: cfg.training_data().to_json(),
+    }
     run.say(
         f"language model: {len(train_ids):,} train / {len(val_ids):,} val tokens, vocab "
         f"{tok.get_vocab_size()}, {model.num_params() / 1e6:.2f}M parameters, {run.device}"

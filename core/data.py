@@ -1,20 +1,35 @@
-"""Bundled data: Multi30k (English <-> German captions) and Tiny Shakespeare.
+"""The data registry: the bundled data sets, and what a checkpoint was trained on.
 
     DATA/multi30k/{train,val,test_2016_flickr}.{en,de}[.gz]   one sentence a line, aligned
     DATA/tinyshakespeare/input.txt                              plain text, 90/10 train/val
 
-DATA is the package's own `data/` folder unless a `data_dir` is given (tests use a tmp folder).
+DATA is edgeformer.train's `data/` folder (installed with it; sources and licences in its
+README.md) unless a `data_dir` is given. Training, export (held-out quality, GPTQ's calibration
+examples) and the benchmark read the data through here; `TrainingData` is the typed record of a
+checkpoint's training data that training writes and export reads.
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-DATA_DIR = Path(__file__).parent / "data"
+
+def _bundled() -> Path:
+    """edgeformer.train's data/ folder, found without importing edgeformer.train (torch)."""
+    spec = importlib.util.find_spec("edgeformer.train")
+    if spec is None or not spec.submodule_search_locations:
+        return Path(__file__).resolve().parents[1] / "train" / "data"
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+DATA_DIR = _bundled()
 SPLITS = ("train", "val", "test_2016_flickr")
 LANGS = ("en", "de")
+DATASETS = ("multi30k", "tinyshakespeare")
 
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
@@ -81,3 +96,51 @@ def load_shakespeare(
     if not text.strip() or n < 2 or len(text) - n < 2:
         raise ValueError(f"empty dataset: {path} has too little text ({len(text)} characters)")
     return text[:n], text[n:]
+
+
+CHECKPOINT_KEY = "data"  # a checkpoint config's TrainingData
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What a checkpoint was trained on (its config.json's `data`). Export uses it to find the
+    held-out split it measures each variant on and the training examples GPTQ calibrates on:
+    both only when the data is the bundled copy."""
+
+    dataset: str  # one of DATASETS
+    bundled: bool  # the bundled copy (not a --data-dir of the user's)
+    tokenizer: str  # "bpe" | "char": how the text was tokenized (the checkpoint's tokenizer.json)
+    src_lang: str | None = None  # translation
+    tgt_lang: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ValueError(f"TrainingData: dataset={self.dataset!r}, expected one of {DATASETS}")
+        if self.dataset == "multi30k" and {self.src_lang, self.tgt_lang} != set(LANGS):
+            raise ValueError(f"TrainingData: multi30k needs src_lang/tgt_lang in {LANGS}")
+
+    @property
+    def held_out(self) -> bool:
+        """The bundled validation split is at hand (and was never trained on)."""
+        return self.bundled
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def of_checkpoint(cls, config: dict) -> TrainingData | None:
+        """The checkpoint config's record; None for a model not trained by edgeformer train (a
+        converted Hugging Face model). Checkpoints written before the record existed are read
+        from their `task` and `train` keys."""
+        data = config.get(CHECKPOINT_KEY)
+        if isinstance(data, dict):
+            return cls(**data)
+        task, train = config.get("task") or {}, config.get("train")
+        if not isinstance(train, dict):
+            return None
+        bundled = train.get("data_dir") is None
+        if task.get("kind") == "translation":
+            return cls("multi30k", bundled, "bpe", task.get("src_lang"), task.get("tgt_lang"))
+        if task.get("kind") == "lm":
+            return cls("tinyshakespeare", bundled, str(train.get("tokenizer", "char")))
+        return None

@@ -1,0 +1,37 @@
+"""The quality measures, one path each: BLEU for translations, perplexity windows for an LM.
+
+Training, export's held-out check and the benchmark all score through here, so the figures they
+print are comparable. BLEU is sacreBLEU (the `train` extra) on detokenised text:
+    bleu     cased, "13a" tokenisation: the standard, comparable sacreBLEU score
+    bleu_lc  lowercase=True, "13a": the research protocol of Multi30k papers (multi-bleu on
+             lowercased, tokenised text), which 13a approximates closely
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def bleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
+    """{"bleu", "bleu_lc", "signature", "signature_lc", "sentences"} over the whole corpus."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} translations for {len(refs)} references")
+    cased, lower = BLEU(), BLEU(lowercase=True)
+    return {
+        "bleu": round(cased.corpus_score(list(hyps), [list(refs)]).score, 2),
+        "bleu_lc": round(lower.corpus_score(list(hyps), [list(refs)]).score, 2),
+        "signature": str(cased.get_signature()),
+        "signature_lc": str(lower.get_signature()),
+        "sentences": len(hyps),
+    }
+
+
+def windows(ids: Sequence[int], max_len: int, limit: int | None = None) -> list[list[int]]:
+    """An id stream cut into non-overlapping windows of max_len + 1 tokens (the last may be
+    shorter): every token after a window's first is predicted once, with up to max_len tokens of
+    context. The first `limit` windows when given."""
+    out = [list(ids[s : s + max_len + 1]) for s in range(0, len(ids) - 1, max_len)]
+    out = [w for w in out if len(w) > 1]
+    return out[:limit] if limit else out
