@@ -38,74 +38,109 @@ from .stacks import (
 
 
 def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
-    p.add_argument("--shapes", default="ed,lm", help="ed,lm (default both)")
+    p.add_argument(
+        "--shapes", default="ed,lm", help="ed, lm or both, comma-separated (default: ed,lm)"
+    )
     p.add_argument(
         "--workloads",
         default="W1,W2,W3,sweep,file",
-        help="W1,W2,W3,sweep,file (file: a test set through translate_file; none: quality only)",
+        help="W1,W2,W3,sweep,file (file: a test set through translate_file; none: quality only) "
+        "(default: all five)",
     )
     p.add_argument(
         "--stacks",
         default="all",
         help="all | ours | peers | names or prefixes, comma-separated (edgeformer-fp32, "
         "edgeformer-torch, edgeformer-llama-int4, hf-torch, optimum-fp32, ct2-fp32, ct2-int8, "
-        "genai-int4, hf-torch-llama, ...)",
+        "genai-int4, hf-torch-llama, ...) (default: all)",
     )
-    p.add_argument("--threads", type=int, default=2, help="threads for every stack (default 2)")
-    p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 7; quick 2)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls (default 2; quick 1)")
-    p.add_argument("--sweep-batches", default=None, help="default 1,2,4,8,16,32 (quick 1,4,16)")
-    p.add_argument("--quick", action="store_true", help="tiny shapes and few rounds (smoke test)")
+    p.add_argument("--threads", type=int, default=2, help="threads for every stack (default: 2)")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds (default: 7; --quick 2)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls (default: 2; --quick 1)")
+    p.add_argument(
+        "--sweep-batches",
+        default=None,
+        help="batch sizes of the sweep (default: 1,2,4,8,16,32; --quick 1,4,16)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny shapes and few rounds: a smoke test (default: off)",
+    )
     p.add_argument(
         "--out",
         default=DEFAULT_OUT,
-        help=f"results folder (default {DEFAULT_OUT}; the committed results are "
+        help=f"results folder (default: {DEFAULT_OUT}; the committed results are "
         "benchmarks/results, written only when named)",
     )
-    p.add_argument("--name", default="latest", help="results file stem (default latest)")
+    p.add_argument("--name", default="latest", help="results file stem (default: latest)")
     p.add_argument(
         "--package",
         action="append",
         default=[],
         help="a trained package to run as 'ours' instead of random weights (its family picks "
-        "the shape; peers get that shape); repeat for ED and LM",
+        "the shape; peers get that shape); repeat for ED and LM (default: none, random weights)",
     )
     p.add_argument(
         "--checkpoint",
         action="append",
         default=[],
-        help="the checkpoint of a --package, for edgeformer-torch (else that stack is skipped)",
+        help="the checkpoint of a --package, for edgeformer-torch (default: none: that stack "
+        "is skipped)",
     )
     p.add_argument(
         "--memory",
         choices=MEMORY_MODES,
         default=None,
-        help="peak RSS per stack: fresh child process (default), load-time growth (quick), off",
+        help="peak RSS per stack: subprocess (a fresh child process), delta (load-time growth), "
+        "off (default: subprocess; --quick delta)",
     )
     p.add_argument(
         "--spinning",
         choices=tuple(SPINNING),
         default="default",
-        help="onnxruntime intra-op spinning for ours and Optimum (default: off for both; ours "
-        "through the runtime's own default)",
+        help="onnxruntime intra-op spinning for ours and Optimum (default: the runtime's own for "
+        "ours, decoder on and encoder off; off for Optimum)",
     )
     p.add_argument(
         "--isolation",
         choices=ISOLATION_MODES,
         default="process",
-        help="process (default): each stack runs in a process of its own, as deployed; none: "
-        "all in this process (engines' thread pools then slow each other down)",
+        help="process: each stack runs in a process of its own, as deployed; none: all in this "
+        "process (engines' thread pools then slow each other down) (default: process)",
     )
-    p.add_argument("--profile", action="store_true", help="decode-step breakdown (ORT profiler)")
-    p.add_argument("--work", default=None, help="keep built models here and reuse them")
-    p.add_argument("--quality-ed", default=None, help="translation package: Multi30k BLEU")
-    p.add_argument("--quality-lm", default=None, help="LM package: Tiny Shakespeare perplexity")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="decode-step breakdown with onnxruntime's profiler (default: off)",
+    )
+    p.add_argument(
+        "--work",
+        default=None,
+        help="keep built models here and reuse them (default: a temporary folder)",
+    )
+    p.add_argument(
+        "--quality-ed",
+        default=None,
+        help="translation package: its Multi30k BLEU next to its speed (default: none)",
+    )
+    p.add_argument(
+        "--quality-lm",
+        default=None,
+        help="LM package: its Tiny Shakespeare perplexity (default: none)",
+    )
     p.add_argument(
         "--quality-checkpoint",
         default=None,
-        help="the --quality-ed package's checkpoint: count greedy outputs equal to PyTorch's",
+        help="the --quality-ed package's checkpoint: count greedy outputs equal to PyTorch's "
+        "(default: none)",
     )
-    p.add_argument("--quality-limit", type=int, default=None, help="sentences / windows (quick)")
+    p.add_argument(
+        "--quality-limit",
+        type=int,
+        default=None,
+        help="quality: first N sentences / windows (default: all)",
+    )
 
 
 def _shapes(settings: Settings) -> list[tuple[Shape, Path | None, Path | None]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from .flags import doc
+
 FAMILIES = ("encoder-decoder", "decoder-only")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "silu")  # gelu_tanh: GPT-2's "gelu_new"
 NORMS = ("post", "pre")
@@ -14,37 +16,53 @@ SINUSOID_LAYOUTS = ("interleaved", "split")
 
 @dataclass
 class ModelConfig:
-    family: str = "encoder-decoder"  # "encoder-decoder" (translation) or "decoder-only" (LM)
-    vocab_size: int = 8000
-    d_model: int = 256
-    n_heads: int = 4
-    n_encoder_layers: int = 3  # ignored by decoder-only
-    n_decoder_layers: int = 3
-    d_ff: int = 1024
-    activation: str = "relu"  # "relu" | "gelu" | "gelu_tanh" | "swiglu" (gated SiLU, Llama)
-    #   | "silu" (x * sigmoid(x), ungated: Marian's "swish")
-    norm: str = "post"  # "post" (the paper) | "pre"
-    norm_type: str = "layernorm"  # "layernorm" | "rmsnorm" (no mean, no bias: Llama)
-    positional: str = "sinusoidal"  # "sinusoidal" | "learned" | "rotary"
-    # sinusoids: "interleaved" (sin, cos of each frequency side by side: the paper) or "split"
-    # (all sines, then all cosines: Marian)
-    sinusoid_layout: str = "interleaved"
-    max_len: int = 256  # longest sequence (source, target or context) the model accepts
-    dropout: float = 0.1  # embeddings and each residual branch (training only)
-    # attention probabilities and the FFN's hidden activations; None = `dropout` (fairseq's
-    # attention_dropout / activation_dropout, which default to 0 there)
-    attention_dropout: float | None = None
-    activation_dropout: float | None = None
-    tie_embeddings: bool = True  # output projection shares the token embedding matrix
-    layer_norm_eps: float = 1e-5  # epsilon of every norm (LayerNorm or RMSNorm)
-    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None = n_heads
-    rope_theta: float = 10000.0  # rotary base
-    scale_embeddings: bool = True  # token vectors times sqrt(d_model) (the paper; not GPT-2)
-    bias: bool = True  # linear layers have biases (norms keep theirs)
-    logits_bias: bool = False  # a learned bias added to the logits (Marian's final_logits_bias)
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    """The model's hyperparameters, for both families; validated on construction."""
+
+    family: str = doc(
+        "encoder-decoder", "encoder-decoder (translation) or decoder-only (LM)", choices=FAMILIES
+    )
+    vocab_size: int = doc(8000, "vocabulary size")
+    d_model: int = doc(256, "width of the model (embedding and residual stream)")
+    n_heads: int = doc(4, "attention heads")
+    n_encoder_layers: int = doc(3, "encoder layers (encoder-decoder only)")
+    n_decoder_layers: int = doc(3, "decoder layers")
+    d_ff: int = doc(1024, "hidden width of each feed-forward block")
+    activation: str = doc(
+        "relu", "feed-forward activation: relu, gelu, gelu_tanh (GPT-2's gelu_new), swiglu "
+        "(gated SiLU: Llama), silu (ungated: Marian's swish)", choices=ACTIVATIONS,
+    )  # fmt: skip
+    norm: str = doc("post", "post-LN (the paper) or pre-LN residuals", choices=NORMS)
+    norm_type: str = doc(
+        "layernorm", "layernorm, or rmsnorm (no mean, no bias: Llama)", choices=NORM_TYPES
+    )
+    positional: str = doc(
+        "sinusoidal", "position encoding: sinusoidal (the paper), learned or rotary",
+        choices=POSITIONALS,
+    )  # fmt: skip
+    sinusoid_layout: str = doc(
+        "interleaved", "sinusoids: interleaved (sin, cos of each frequency side by side: the "
+        "paper) or split (all sines, then all cosines: Marian)", choices=SINUSOID_LAYOUTS,
+    )  # fmt: skip
+    max_len: int = doc(256, "longest sequence (source, target or context) the model accepts")
+    dropout: float = doc(0.1, "dropout on embeddings and each residual branch (training only)")
+    attention_dropout: float | None = doc(
+        None, "dropout on attention probabilities (none: --dropout; fairseq's attention_dropout)"
+    )
+    activation_dropout: float | None = doc(
+        None, "dropout on the feed-forward hidden activations (none: --dropout)"
+    )
+    tie_embeddings: bool = doc(True, "the output projection shares the token embedding matrix")
+    layer_norm_eps: float = doc(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)")
+    n_kv_heads: int | None = doc(None, "key/value heads: grouped-query attention (none: --n-heads)")
+    rope_theta: float = doc(10000.0, "rotary base")
+    scale_embeddings: bool = doc(True, "token vectors times sqrt(d_model) (the paper; not GPT-2)")
+    bias: bool = doc(True, "linear layers have biases (norms keep theirs)")
+    logits_bias: bool = doc(
+        False, "a learned bias added to the logits (Marian's final_logits_bias)"
+    )
+    pad_id: int = doc(0, "padding token id")
+    bos_id: int = doc(1, "beginning-of-sequence token id")
+    eos_id: int = doc(2, "end-of-sequence token id")
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:

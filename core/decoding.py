@@ -29,6 +29,8 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from .flags import doc
+
 
 class Stepper(Protocol):
     def step(self, tokens: np.ndarray) -> np.ndarray: ...
@@ -36,29 +38,82 @@ class Stepper(Protocol):
     def select(self, rows: np.ndarray) -> None: ...
 
 
+ED, LM = "translate", "generate"  # commands of flags that only one family has
+
+
 @dataclass
 class GenerationOptions:
-    max_new_tokens: int = 64
-    min_new_tokens: int = 0  # EOS is forbidden before this many tokens
-    sampling: bool = False  # False: greedy (or beam search when num_beams > 1)
-    temperature: float = 1.0
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1.0 = off
-    seed: int | None = None
-    num_beams: int = 1
-    length_penalty: float = 1.0  # beam score = sum log p / length ** length_penalty
-    early_stopping: bool = True  # stop a beam search once num_beams hypotheses have finished
-    num_hypotheses: int = 1  # n-best size returned by beam search
-    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the context / output
-    ignore_eos: bool = False  # always generate max_new_tokens (benchmarks)
+    """How to decode: the one declaration of every option. The API takes them as keyword
+    arguments, the CLI as flags (core.flags derives them, with these help texts), and a
+    package's generation_config.json sets its defaults (the `hf` names)."""
+
+    max_new_tokens: int | None = doc(
+        None, "at most N new tokens", metavar="N", hf="max_new_tokens",
+        shown="as many as the model's positions allow: max_len for a translation, max_len + 1 "
+        "- the prompt's length for a generation",
+    )  # fmt: skip
+    min_new_tokens: int = doc(
+        0, "no end token before N new tokens", metavar="N", hf="min_new_tokens"
+    )
+    sampling: bool = doc(
+        False, "sample instead of greedy search", flags=("--sample",), hf="do_sample"
+    )
+    temperature: float = doc(1.0, "sampling temperature", metavar="T", hf="temperature")
+    top_k: int = doc(0, "sample among the K most likely tokens (0: all)", metavar="K", hf="top_k")
+    top_p: float = doc(
+        1.0, "sample from the smallest set of tokens of probability >= P (1.0: all)",
+        metavar="P", hf="top_p",
+    )  # fmt: skip
+    seed: int | None = doc(None, "random seed of sampling (none: a fresh one each call)")
+    num_beams: int = doc(
+        1, "beam search with N beams (1: greedy search)", flags=("--beam", "--num-beams"),
+        metavar="N", hf="num_beams",
+    )  # fmt: skip
+    length_penalty: float = doc(
+        1.0, "beam score = sum of log-probabilities / length ** X", metavar="X",
+        hf="length_penalty",
+    )  # fmt: skip
+    early_stopping: bool = doc(
+        True, "stop a beam search once N hypotheses have ended", hf="early_stopping"
+    )
+    num_hypotheses: int = doc(
+        1, "N samples (--sample) or N alternatives (--alternatives) per input", metavar="N",
+        hf="num_return_sequences",
+    )  # fmt: skip
+    repetition_penalty: float = doc(
+        1.0, "> 1 discourages tokens already in the context or output (1.0: off)", metavar="X",
+        hf="repetition_penalty",
+    )  # fmt: skip
+    ignore_eos: bool = doc(False, "always generate max_new_tokens tokens (benchmarks)")
     # constraints (CTranslate2's names); the text API resolves texts / token strings to ids
-    no_repeat_ngram_size: int = 0  # > 0: a token completing an n-gram already there is banned
-    suppress_sequences: Sequence[str | Sequence[int]] = ()  # banned tokens / token sequences
-    end_token: Sequence[str | int] = ()  # end a hypothesis too (besides EOS); one id or str ok
-    stop: Sequence[str] = ()  # text API: stop strings (the text is cut before them)
-    return_alternatives: bool = False  # num_hypotheses continuations branching after the prefix
-    max_input_length: int = 0  # source / prompt tokens accepted (0: the model's max_len)
-    sliding_window: bool = False  # LM: past max_len, re-encode the last max_len // 2 tokens
+    no_repeat_ngram_size: int = doc(
+        0, "never repeat an n-gram of N tokens (0: off)", metavar="N", hf="no_repeat_ngram_size"
+    )
+    suppress_sequences: Sequence[str | Sequence[int]] = doc(
+        (), "never produce TEXT's tokens in a row (repeatable; one token: never that token)",
+        flags=("--suppress",), hf="bad_words_ids",
+    )  # fmt: skip
+    end_token: Sequence[str | int] = doc(
+        (), "a token (vocabulary string, or an id) that ends the output too (repeatable)",
+        metavar="TOKEN",
+    )  # fmt: skip
+    stop: Sequence[str] = doc(
+        (), "stop when the generated text contains TEXT, cut before it (repeatable; a newline: "
+        "--stop $'\\n')", commands=(LM,),
+    )  # fmt: skip
+    return_alternatives: bool = doc(
+        False, "N continuations branching at the first position after the target prefix or "
+        "prompt: the N best tokens there, each continued (N: --num-hypotheses)",
+        flags=("--alternatives",),
+    )  # fmt: skip
+    max_input_length: int = doc(
+        0, "inputs of more than N tokens are an error (cut with --truncate; 0: max_len)",
+        metavar="N",
+    )  # fmt: skip
+    sliding_window: bool = doc(
+        False, "go on past the model's context: re-encode its last max_len/2 tokens when full "
+        "(needs --max-new-tokens)", commands=(LM,),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         """One validation for the API and the CLI: every problem is a ValueError."""
@@ -66,9 +121,14 @@ class GenerationOptions:
         def bad(msg: str) -> None:
             raise ValueError(f"invalid generation option: {msg}")
 
+        if self.max_new_tokens is not None and not _is_int(self.max_new_tokens):
+            bad(
+                f"max_new_tokens={self.max_new_tokens!r} must be an integer or None (got "
+                f"{type(self.max_new_tokens).__name__})"
+            )
         for name in (
-            "max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_hypotheses",
-            "no_repeat_ngram_size", "max_input_length",
+            "min_new_tokens", "top_k", "num_beams", "num_hypotheses", "no_repeat_ngram_size",
+            "max_input_length",
         ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value):
@@ -87,10 +147,14 @@ class GenerationOptions:
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
                 bad(f"{name}={value!r} must be True or False (got {type(value).__name__})")
-        if self.max_new_tokens < 1:
-            bad(f"max_new_tokens={self.max_new_tokens} must be >= 1")
-        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            bad(f"max_new_tokens={self.max_new_tokens} must be >= 1 (or None: the model's length)")
+        if self.min_new_tokens < 0 or (
+            self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens
+        ):
             bad(f"min_new_tokens={self.min_new_tokens} must be in [0, max_new_tokens]")
+        if self.sliding_window and self.max_new_tokens is None:
+            bad("sliding_window needs max_new_tokens: past the context, nothing else ends it")
         if self.seed is not None and self.seed < 0:
             bad(f"seed={self.seed} must be >= 0 (or None)")
         if not self.temperature > 0:
@@ -125,6 +189,22 @@ class GenerationOptions:
         self.suppress_sequences = _sequences(self.suppress_sequences, bad)
         self.end_token = _items(self.end_token, "end_token", (str, int), bad)
         self.stop = _items(self.stop, "stop", (str,), bad)
+
+
+def fit_new_tokens(opts: GenerationOptions, room: int) -> tuple[GenerationOptions, bool]:
+    """(opts with max_new_tokens set to what the model's positions allow, whether a number
+    asked for was cut to it): None means all `room`, a number at most `room`."""
+    asked = opts.max_new_tokens
+    n = room if asked is None else min(asked, room)
+    fitted = dataclasses.replace(opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens))
+    return fitted, asked is not None and n < asked
+
+
+def _new_tokens(opts: GenerationOptions) -> int:
+    """max_new_tokens of options the caller fitted to the model (fit_new_tokens)."""
+    if opts.max_new_tokens is None:
+        raise ValueError("max_new_tokens=None: fit the options to the model first (fit_new_tokens)")
+    return opts.max_new_tokens
 
 
 def _items(value: object, name: str, kinds: tuple[type, ...], bad) -> tuple:
@@ -469,7 +549,8 @@ def steps(
     penalties = _Penalties(opts, ends, vocab, inputs.context, n, inputs.banned)
     forcing = _Forcing(inputs.prefixes, inputs.ranks, n)
     stop = inputs.stop
-    limit = forcing.lengths + opts.max_new_tokens
+    max_new = _new_tokens(opts)
+    limit = forcing.lengths + max_new
     seqs: list[list[int]] = [[] for _ in range(n)]
     active = np.arange(n)
     logits = first_logits
@@ -513,7 +594,7 @@ def steps(
         yield Step(active, tokens, lps, ended)
         if forcing.on:
             alive &= t + 1 < limit[active]
-        elif t + 1 == opts.max_new_tokens:
+        elif t + 1 == max_new:
             return
         n_alive = int(np.count_nonzero(alive))
         if n_alive == 0:
@@ -582,7 +663,7 @@ def beam_search(
     ends = end_ids(opts, eos_id)
     ends_set = set(ends.tolist())
     forcing = _Forcing(inputs.prefixes, inputs.ranks, B)
-    limit = forcing.lengths + opts.max_new_tokens
+    limit = forcing.lengths + _new_tokens(opts)
     prefix_rows = np.repeat(forcing.lengths, K)
 
     def normalise(score: float, length: int) -> float:

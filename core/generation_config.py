@@ -7,24 +7,12 @@ mapping on each field); a converted model keeps its own file, a trained one gets
 from __future__ import annotations
 
 from .decoding import GenerationOptions
+from .flags import hf_names
 from .schema import PackageConfig, PackageError, _obj
 
-# Hugging Face's generation_config.json fields the runtime reads -> GenerationOptions fields
-GENERATION_FIELDS = {
-    "do_sample": "sampling",
-    "num_beams": "num_beams",
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "repetition_penalty": "repetition_penalty",
-    "length_penalty": "length_penalty",
-    "no_repeat_ngram_size": "no_repeat_ngram_size",
-    "early_stopping": "early_stopping",
-    "max_new_tokens": "max_new_tokens",
-    "min_new_tokens": "min_new_tokens",
-    "num_return_sequences": "num_hypotheses",
-    "bad_words_ids": "suppress_sequences",
-}
+# Hugging Face's generation_config.json fields the runtime reads -> GenerationOptions fields,
+# declared on the fields themselves (`hf=`)
+GENERATION_FIELDS = hf_names(GenerationOptions)
 HF_SAMPLING_TOP_K = 50  # transformers' top_k when do_sample is set and top_k is not
 
 

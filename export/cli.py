@@ -29,13 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> N
         "--quantize",
         default="",
         metavar="LIST",
-        help=f"extra variants, comma-separated: {','.join(v for v in VARIANTS if v != 'fp32')}",
+        help="quantized variants to write beside fp32, comma-separated: "
+        f"{','.join(v for v in VARIANTS if v != 'fp32')} (default: none)",
     )
-    parser.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
     parser.add_argument(
-        "--no-verify", action="store_true", help="skip the PyTorch vs onnxruntime parity check"
+        "--force", action="store_true", help="replace an existing OUT_DIR package (default: refuse)"
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the parity check against PyTorch (default: run it)",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress lines (default: progress on stderr)"
+    )
 
 
 def final_val_losses(log: Path) -> dict[str, float]:

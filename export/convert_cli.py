@@ -13,8 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "convert") -> 
     parser.add_argument("source", choices=["hf"], help="source format: hf (Hugging Face folder)")
     parser.add_argument("src_dir", help="local Hugging Face model folder")
     parser.add_argument("out_checkpoint", help="edgeformer checkpoint folder to create")
-    parser.add_argument("--force", action="store_true", help="replace an existing checkpoint")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing checkpoint (default: refuse)"
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress line (default: progress on stderr)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,12 +34,11 @@ def translation_bleu(
     batch_size: int = 32,
 ) -> tuple[dict, list[str]]:
     """(cased and lowercased sacreBLEU of greedy translations, the translations). Each
-    translation may use the model's whole target length (max_len - 1 new tokens)."""
+    translation may use the model's whole length (max_new_tokens=None, as training's BLEU)."""
     from ..runtime import Translator
 
     tr = Translator(package, variant=variant, provider="cpu", threads=threads)
-    cap = tr.max_len - 1
-    hyps = list(tr.translate_iterable(sources, batch_size, truncate=True, max_new_tokens=cap))
+    hyps = list(tr.translate_iterable(sources, batch_size, truncate=True))
     return bleu_scores(hyps, refs), hyps
 
 

@@ -69,7 +69,7 @@ def compare(
 ) -> list[float]:
     """Max abs logit difference (PyTorch vs the package) at each of 1 + `steps` decoder calls:
     the package is fed PyTorch's tokens through the runtime's own step loop."""
-    from ..runtime.api import Model
+    from ..runtime.model import Model
     from ..runtime.session import SessionSettings
     from ..runtime.verify import forced_logits
 

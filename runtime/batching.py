@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
 
-if TYPE_CHECKING:
-    from ..core.decoding import GenerationOptions
-    from .api import Translator
+from ..core.files import atomic_text
+from ..core.progress import Progress
+from .aio import WorkerPool
 
 BATCH_TYPES = ("examples", "tokens")
 READ_AHEAD = 16  # buffer = max_batch_size * READ_AHEAD examples (or tokens), sorted by length
@@ -33,7 +32,6 @@ class Batching:
 
     max_batch_size: int = 32  # examples, or padded source tokens when batch_type="tokens"
     batch_type: str = "examples"  # "examples" | "tokens"
-    truncate: bool = False  # cut sources longer than the model's max_len instead of failing
     read_ahead: int = READ_AHEAD  # buffer = max_batch_size * read_ahead (1: interactive input)
 
     def __post_init__(self) -> None:
@@ -48,6 +46,18 @@ class Batching:
         """What a sub-batch of n_rows sources, the longest `longest` tokens, counts against
         max_batch_size."""
         return n_rows if self.batch_type == "examples" else n_rows * longest
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What translate_stream needs of a translator (Translator._pipeline makes one, with the
+    request's options prepared once for every sub-batch)."""
+
+    encode: Callable[[str], list[int]]  # text -> source ids + EOS ([] for empty text);
+    #   ValueError (the reason) for a text the model cannot take
+    translate: Callable[[list[list[int]]], list[list[int]]]  # sources -> output ids
+    decode: Callable[[list[int]], str]  # output ids -> text
+    pool: WorkerPool  # runs the sub-batches (inter_threads workers)
 
 
 @dataclass
@@ -122,15 +132,14 @@ class _Buffer:
 
 
 def _start_buffer(
-    translator: Translator, buffer: list[str], batching: Batching, opts: GenerationOptions,
-    name: Callable[[int], str],
-) -> _Buffer:  # fmt: skip
+    pipeline: Pipeline, buffer: list[str], batching: Batching, name: Callable[[int], str]
+) -> _Buffer:
     """Tokenize a buffer (a text the model cannot take is a ValueError `name(i)` names) and
-    start its length-sorted sub-batches on the translator's batch pool."""
+    start its length-sorted sub-batches on the pipeline's pool."""
     sources: list[list[int]] = []
     for i, text in enumerate(buffer):
         try:
-            sources.append(translator.source_ids(text, batching.truncate, opts.max_input_length))
+            sources.append(pipeline.encode(text))
         except ValueError as e:
             raise ValueError(f"{name(i)}: {e}") from None
     todo = [i for i, s in enumerate(sources) if s]
@@ -139,17 +148,16 @@ def _start_buffer(
     ]
 
     def translate(picked: list[int]) -> list[list[int]]:
-        return translator.translate_ids([sources[i] for i in picked], opts)
+        return pipeline.translate([sources[i] for i in picked])
 
-    futures = translator.batch_pool.start(translate, batches)
+    futures = pipeline.pool.start(translate, batches)
     return _Buffer(len(buffer), sum(map(len, sources)), batches, futures)
 
 
 def translate_stream(
-    translator: Translator,
+    pipeline: Pipeline,
     texts: Iterable[str],
     batching: Batching,
-    opts: GenerationOptions,
     stats: Throughput | None = None,
     what: str = "texts",
     first_number: int = 0,
@@ -162,8 +170,7 @@ def translate_stream(
     the reader nor for each other at the end of a buffer (both cost 3-6 % of the time with 2
     workers): results then come one buffer later, and at most two buffers are held."""
     stats = stats if stats is not None else Throughput()
-    model = translator.model
-    overlap = translator.batch_pool.workers > 1 and batching.read_ahead > 1
+    overlap = pipeline.pool.workers > 1 and batching.read_ahead > 1
     pending: deque[_Buffer] = deque()
     number = first_number
 
@@ -175,7 +182,7 @@ def translate_stream(
         try:
             for picked, future in zip(b.batches, b.futures):
                 for i, ids in zip(picked, future.result()):
-                    out[i] = model.decode(ids)
+                    out[i] = pipeline.decode(ids)
                     stats.target_tokens += len(ids)
         except BaseException:
             b.cancel()  # its sub-batches not yet started
@@ -187,7 +194,7 @@ def translate_stream(
 
     try:
         for buffer in _buffers(texts, batching):
-            pending.append(_start_buffer(translator, buffer, batching, opts, name))
+            pending.append(_start_buffer(pipeline, buffer, batching, name))
             number += len(buffer)
             if len(pending) > (1 if overlap else 0):
                 yield from finish(pending.popleft())
@@ -196,23 +203,6 @@ def translate_stream(
     finally:  # an error, or a consumer that stopped early: nothing left running
         for b in pending:
             b.cancel()
-
-
-class _Progress:
-    """A one-line progress report on a terminal, at most every half second."""
-
-    def __init__(self, stream: TextIO | None):
-        self.stream, self.last = stream, 0.0
-
-    def show(self, stats: Throughput, final: bool = False) -> None:
-        if self.stream is None:
-            return
-        now = time.perf_counter()
-        if final or now - self.last >= 0.5:
-            self.last = now
-            end = "\n" if final else ""
-            self.stream.write(f"\r{stats.summary()}{end}")
-            self.stream.flush()
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
@@ -233,33 +223,28 @@ def read_lines(path: str | os.PathLike) -> Iterator[str]:
 
 
 def translate_file(
-    translator: Translator,
+    pipeline: Pipeline,
     src_path: str | os.PathLike,
     out_path: str | os.PathLike,
     batching: Batching,
-    opts: GenerationOptions,
     progress: bool | None = None,
 ) -> Throughput:
     """Translate a file line by line into out_path (written whole or not at all: a temporary
-    file renamed at the end). progress: a report line on stderr; None = when it is a terminal."""
+    file renamed at the end). progress (core.progress): None = a live line on a terminal, a
+    line every 30 s elsewhere; True = that and a summary at the end; False = nothing."""
     src, out = Path(src_path), Path(out_path)
     if not src.is_file():
         raise FileNotFoundError(f"source file {src} does not exist")
     if out.resolve() == src.resolve():
         raise ValueError(f"output file {out} is the source file")
-    if progress is None:
-        progress = sys.stderr.isatty()
-    bar = _Progress(sys.stderr if progress else None)
+    bar = Progress(f"translate {src.name}", unit="sentences", quiet=progress is False)
     stats = Throughput()
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            lines = translate_stream(translator, read_lines(src), batching, opts, stats, "", 1)
-            for text in lines:
-                f.write(text + "\n")
-                bar.show(stats)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    bar.show(stats, final=True)
+    with atomic_text(out) as f:
+        for text in translate_stream(pipeline, read_lines(src), batching, stats, "", 1):
+            f.write(text + "\n")
+            bar.advance()
+            bar.note(f"{stats.sentences_per_s:.0f} sentences/s")
+    bar.close()
+    if progress:
+        print(stats.summary(), file=sys.stderr)
     return stats

@@ -1,15 +1,21 @@
-"""The `edgeformer` command. Subcommands live beside the code they drive and are imported lazily,
-so that `translate` / `generate` work on an edge install without torch."""
+"""edgeformer: train a Transformer in PyTorch, export it as an ONNX model package, run it anywhere.
+
+Subcommands live beside the code they drive and are imported only when chosen, so that the
+runtime's commands (translate, generate, score, info, verify) work on an install without torch;
+the others name the extra they need instead of failing with a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import os
 import sys
 import warnings
 
+DESCRIPTION = "Train a Transformer in PyTorch, export it as an ONNX model package, run it."
 # subcommand -> (module with add_arguments(parser, command) and run(args) -> int, one-line help)
 COMMANDS = {
     "train": ("edgeformer.train.cli", "train a model (presets: tiny, multi30k-*, shakespeare-*)"),
@@ -22,6 +28,33 @@ COMMANDS = {
     "verify": ("edgeformer.runtime.verify", "check a package on this machine against PyTorch"),
     "bench": ("edgeformer.benchmarks.cli", "benchmark speed and quality against peers"),
 }
+
+
+# what a subcommand needs beyond the runtime: (modules, how to install them)
+NEEDS = {
+    "train": (("torch", "safetensors", "sacrebleu", "tqdm", "matplotlib"), "train"),
+    "export": (("torch", "safetensors", "onnx", "onnxruntime"), "train"),
+    "convert": (("torch", "safetensors"), "train"),
+    "bench": (("torch", "safetensors", "onnx", "onnxruntime"), "train,bench"),
+    "translate": (("onnxruntime",), "cpu"),
+    "generate": (("onnxruntime",), "cpu"),
+    "score": (("onnxruntime",), "cpu"),
+    "info": (("onnxruntime",), "cpu"),
+    "verify": (("onnxruntime",), "cpu"),
+}
+
+
+def missing_extra(command: str) -> str | None:
+    """One line naming what `command` needs and how to install it, or None when all is there."""
+    modules, extra = NEEDS[command]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    torch = "pip install torch==2.13.0 (the CPU build), then " if "torch" in missing else ""
+    return (
+        f"edgeformer {command} needs {', '.join(missing)}, which this install lacks: "
+        f"{torch}pip install 'edgeformer[{extra}]'"
+    )
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -60,7 +93,7 @@ def setup_logging(level: str, command: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     level, argv = log_level(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="edgeformer", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="edgeformer", description=DESCRIPTION)
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
@@ -74,12 +107,23 @@ def main(argv: list[str] | None = None) -> int:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
-            mod = importlib.import_module(module)
+            try:
+                mod = importlib.import_module(module)
+            except ModuleNotFoundError:  # its extra is not installed: say which, no traceback
+                problem = missing_extra(name)
+                if problem is None:
+                    raise
+                print(problem, file=sys.stderr)
+                return 2
             mod.add_arguments(p, name)
             p.set_defaults(_run=mod.run)
     # texts may follow options (`translate PKG --beam 4 "text"`): argparse leaves them over
     args, extra = parser.parse_known_args(argv)
     setup_logging(level, args.command)
+    problem = missing_extra(args.command)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     if extra:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..core.decoding import GenerationOptions
 from ..core.schema import Golden, PackageError
-from .api import Generator, Model, Translator, pad
+from .api import Generator, Translator
+from .model import Model, pad
 from .package import load_package
 from .steppers import start_decoder_only, start_encoder_decoder
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from edgeformer.runtime import Generator, Translator
-from edgeformer.runtime.api import make_options
+from edgeformer.runtime.model import make_options
 
 
 def test_async_calls_equal_blocking_ones_and_never_block_the_loop(ed_package, lm_package):

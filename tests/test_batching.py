@@ -96,16 +96,16 @@ def test_workers_start_the_next_buffer_before_the_last_is_given(ed_package, tran
     parallel = Translator(ed_package, threads=1, inter_threads=2)
     calls: list[int] = []
     gate = threading.Event()
-    translate_ids = parallel.translate_ids
+    translate = parallel._translate_prepared  # what each sub-batch runs
     first_buffer = 12  # 32 texts: 24 non-empty, in sub-batches of 2
 
-    def counted(sources, opts):
+    def counted(sources, *args, **kwargs):
         calls.append(len(sources))
         if len(calls) > first_buffer:  # the second buffer's sub-batches wait for the test
             gate.wait(10)
-        return translate_ids(sources, opts)
+        return translate(sources, *args, **kwargs)
 
-    parallel.translate_ids = counted  # type: ignore[method-assign]
+    parallel._translate_prepared = counted  # type: ignore[method-assign]
     seen: list[int] = []
 
     def texts():
@@ -130,14 +130,14 @@ def test_a_failing_sub_batch_cancels_those_not_started(ed_package):
     calls: list[int] = []
     gate = threading.Event()
 
-    def failing(sources, opts):
+    def failing(sources, *args, **kwargs):
         calls.append(len(sources))
         if len(calls) == 1:
             raise RuntimeError("sub-batch failed")
         gate.wait(10)  # the others wait until the error has reached the caller
         return [[] for _ in sources]
 
-    parallel.translate_ids = failing  # type: ignore[method-assign]
+    parallel._translate_prepared = failing  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="sub-batch failed"):
         list(parallel.translate_iterable(["a man ."] * 100, max_batch_size=2, max_new_tokens=2))
     gate.set()

@@ -143,9 +143,9 @@ def test_nan_logits_raise():
     bad = m.first()
     bad[0, 1] = np.nan
     with pytest.raises(FloatingPointError):
-        generate(bad, m, GenerationOptions(), IN)
+        generate(bad, m, GenerationOptions(8), IN)
     with pytest.raises(FloatingPointError):
-        beam_search(bad, m, GenerationOptions(num_beams=2), IN)
+        beam_search(bad, m, GenerationOptions(8, num_beams=2), IN)
 
 
 def test_banned_rows_are_told_from_bad_logits():
@@ -161,7 +161,7 @@ def test_banned_rows_are_told_from_bad_logits():
             bad = m.first()
             bad[0, 3] = bad_value
             with pytest.raises(FloatingPointError):
-                generate(bad, m, GenerationOptions(sampling=sampling, seed=0), IN)
+                generate(bad, m, GenerationOptions(4, sampling=sampling, seed=0), IN)
 
 
 @pytest.mark.parametrize(

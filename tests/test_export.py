@@ -216,7 +216,7 @@ def test_parity_up_to_the_last_position(family):
 def test_cache_is_written_in_place(lm_package, lm_checkpoint):
     """The buffer bound as past_key_values.* holds PyTorch's keys after prefill and a step:
     GroupQueryAttention wrote into it (no copy came back through numpy)."""
-    from edgeformer.runtime.api import Model
+    from edgeformer.runtime.model import Model
     from edgeformer.runtime.session import SessionSettings
     from edgeformer.runtime.steppers import start_decoder_only
 
@@ -238,7 +238,7 @@ def test_cross_kv_are_bound_in_place(ed_package):
     """Format 4: the cross-attention's GQA takes each row's last source K/V as its new K/V and
     writes them into the bound cross buffer at position L_b - 1, where they already are: the
     buffers stay the encoder's, and a changed last_key shows up there (the write is in place)."""
-    from edgeformer.runtime.api import Model
+    from edgeformer.runtime.model import Model
     from edgeformer.runtime.session import SessionSettings
     from edgeformer.runtime.steppers import start_encoder_decoder
 

@@ -429,9 +429,10 @@ def test_cut_warning_once_per_object(ed_package, lm_package):
 # ---------------------------------------------------------------- options: one validation
 
 OPTION_ERRORS = [
-    (dict(max_new_tokens=2.5), "max_new_tokens=2.5 must be an integer (got float)"),
-    (dict(max_new_tokens=True), "max_new_tokens=True must be an integer (got bool)"),
-    (dict(max_new_tokens=None), "max_new_tokens=None must be an integer (got NoneType)"),
+    (dict(max_new_tokens=2.5), "max_new_tokens=2.5 must be an integer or None (got float)"),
+    (dict(max_new_tokens=True), "max_new_tokens=True must be an integer or None (got bool)"),
+    (dict(max_new_tokens=0), "max_new_tokens=0 must be >= 1 (or None: the model's length)"),
+    (dict(sliding_window=True), "sliding_window needs max_new_tokens"),
     (dict(max_new_tokens=np.float64(3)), "max_new_tokens=np.float64(3.0) must be an integer"),
     (dict(min_new_tokens=1.5), "min_new_tokens=1.5 must be an integer (got float)"),
     (dict(top_k=2.0), "top_k=2.0 must be an integer (got float)"),
@@ -598,7 +599,8 @@ def test_property_options_validate_or_value_error(kw):
     except ValueError as e:
         assert str(e).startswith("invalid generation option: ")
         return
-    assert isinstance(opts.max_new_tokens, int) and opts.max_new_tokens >= 1
+    n = opts.max_new_tokens  # None: the model's whole length, fitted per request
+    assert n is None or (isinstance(n, int) and n >= 1 and opts.min_new_tokens <= n)
 
 
 TEXTS = st.one_of(

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from edgeformer.runtime import GenerationOptions, Generator, PackageError, Translator
-from edgeformer.runtime.api import TextStream
+from edgeformer.runtime.text import TextStream
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

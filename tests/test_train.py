@@ -289,8 +289,10 @@ def test_cli_errors_and_presets(capsys, tmp_path):
     assert main(["train", "--list-presets"]) == 0
     listed = capsys.readouterr().out
     assert all(name in listed for name in PRESETS)
-    assert main(["train", "--preset", "nope"]) == 2
-    assert "unknown preset 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--preset", "nope"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'nope' (choose from 'tiny'" in capsys.readouterr().err
     assert main(["train", "--preset", "tiny", "--lr", "0", "--out", str(tmp_path)]) == 2
     assert "invalid TrainConfig: lr=0.0" in capsys.readouterr().err
     assert main(["train", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2

@@ -5,75 +5,50 @@ from __future__ import annotations
 
 import argparse
 import json
-import types
-import typing
-from dataclasses import fields
 
 from edgeformer.core.config import ModelConfig
+from edgeformer.core.data import SPLITS
+from edgeformer.core.flags import add_flags, given
 
 from .config import DERIVED, PRESETS, TrainConfig, preset
-
-SHORT_HELP = {
-    "lowercase": "BPE: lowercase all text (data, package inputs and outputs)",
-    "epochs": "translation epochs",
-    "max_iters": "LM training iterations",
-    "batch_tokens": "padded tokens per translation batch",
-    "lr": "peak learning rate",
-    "device": "cpu | cuda",
-    "resume": "checkpoint folder to resume from (e.g. OUT/last)",
-    "out": "output folder",
-    "data_dir": "folder with multi30k/ and tinyshakespeare/ (default: the bundled data)",
-    "direction": "en-de | de-en",
-    "max_sentences": "use only the first N training pairs",
-    "quiet": "no progress bars",
-    "threads": "torch CPU threads (0: all cores)",
-    "vocab_size": "BPE vocabulary size (the model gets the tokenizer's)",
-    "max_len": "longest source / target (an LM uses --block-size)",
-}
-
-
-def flag_fields() -> list:
-    """The fields that are flags: TrainConfig's (but `model`) and ModelConfig's (but DERIVED)."""
-    train = [f for f in fields(TrainConfig) if f.name != "model"]
-    return train + [f for f in fields(ModelConfig) if f.name not in DERIVED]
-
-
-def _flag_type(f) -> type:
-    hints = typing.get_type_hints(TrainConfig) | typing.get_type_hints(ModelConfig)
-    t = hints[f.name]
-    if isinstance(t, types.UnionType):  # X | None
-        t = next(a for a in t.__args__ if a is not type(None))
-    return t
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument(
-        "--preset",
-        help=f"one of {', '.join(PRESETS)} (default: tiny, or with --resume the resumed config)",
+        "--preset", choices=list(PRESETS), metavar="NAME",
+        help=f"one of {', '.join(PRESETS)} (default: tiny, or with --resume the resumed run's "
+        "config)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--list-presets", action="store_true", help="list the presets and exit (default: train)"
     )
-    parser.add_argument("--list-presets", action="store_true", help="list the presets and exit")
-    parser.add_argument("--evaluate", metavar="CKPT", help="evaluate a checkpoint and exit")
-    parser.add_argument("--split", default="test_2016_flickr", help="--evaluate: Multi30k split")
-    parser.add_argument("--beams", default="1,5", help="--evaluate: beam sizes, e.g. 1,5")
-    group = parser.add_argument_group(
-        "TrainConfig and ModelConfig overrides (default: the preset's value)"
+    parser.add_argument(
+        "--evaluate",
+        metavar="CKPT",
+        help="evaluate a checkpoint on --split with --beams and exit (default: train)",
     )
-    for f in flag_fields():
-        t = _flag_type(f)
-        name = "--" + f.name.replace("_", "-")
-        help_text = SHORT_HELP.get(f.name, f"{f.name} ({t.__name__})")
-        if t is bool:
-            group.add_argument(
-                name, action=argparse.BooleanOptionalAction, default=None, help=help_text
-            )
-        else:
-            group.add_argument(name, type=t, default=None, help=help_text)
+    parser.add_argument(
+        "--split", default="test_2016_flickr", choices=SPLITS,
+        help="--evaluate: the Multi30k split (default: test_2016_flickr)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--beams", default="1,5", help="--evaluate: beam sizes, comma-separated (default: 1,5)"
+    )
+    run = parser.add_argument_group(
+        "the run (TrainConfig; default: the preset's value, `--list-presets` shows them)"
+    )
+    add_flags(run, TrainConfig, skip=("model",), default="the preset's")
+    model = parser.add_argument_group(
+        "the model (ModelConfig; default: the preset's value; family and special ids follow "
+        "the task and the tokenizer)"
+    )
+    add_flags(model, ModelConfig, skip=DERIVED, default="the preset's")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The preset (or, resuming without --preset, the run's saved config) + the flags given."""
-    overrides = {f.name: getattr(args, f.name) for f in flag_fields()}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    overrides = given(args, TrainConfig) | given(args, ModelConfig)
+    overrides = {k: v for k, v in overrides.items() if k != "model" and k not in DERIVED}
     if args.resume and args.preset is None:
         from edgeformer.models.checkpoint import read_config
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from edgeformer.core.config import ModelConfig
 from edgeformer.core.data import TrainingData
+from edgeformer.core.flags import doc
 
 TASKS = ("translation", "lm")
 DIRECTIONS = ("en-de", "de-en")
@@ -27,47 +28,66 @@ def default_model(**kw) -> ModelConfig:
 
 @dataclass
 class TrainConfig:
-    task: str = "translation"  # "translation" (Multi30k) | "lm" (Tiny Shakespeare)
-    direction: str = "en-de"  # translation: "en-de" | "de-en"
-    data_dir: str | None = None  # None: the bundled data (core.data)
-    max_sentences: int | None = None  # translation: use only the first N training pairs
-    tokenizer: str = "bpe"  # "bpe" | "char" (char: LM only)
-    # bpe: the tokenizer lowercases its input (training data, then the package's inputs and
-    # outputs): the research protocol of Multi30k papers; compare lowercased BLEU only
-    lowercase: bool = False
+    """A training run: its data, its model (a ModelConfig) and how it is optimised. Every field
+    is an `edgeformer train` flag (core.flags), whose default is the preset's value."""
+
+    task: str = doc("translation", "translation (Multi30k) or lm (Tiny Shakespeare)", choices=TASKS)
+    direction: str = doc("en-de", "translation direction", choices=DIRECTIONS)
+    data_dir: str | None = doc(
+        None, "folder with multi30k/ and tinyshakespeare/ (none: the bundled data, core.data)",
+        metavar="DIR",
+    )  # fmt: skip
+    max_sentences: int | None = doc(
+        None, "translation: use only the first N training pairs (none: all)", metavar="N"
+    )
+    tokenizer: str = doc("bpe", "bpe, or char (LM only)", choices=TOKENIZERS)
+    lowercase: bool = doc(
+        False, "BPE: lowercase all text (training data, then the package's inputs and outputs: "
+        "the Multi30k papers' protocol; compare lowercased BLEU only)",
+    )  # fmt: skip
     # the model: vocab_size is the BPE size asked for (the built model gets the tokenizer's),
     # max_len the longest source / target (an LM uses block_size); family follows `task`
     model: ModelConfig = field(default_factory=default_model)
     # optimisation: AdamW, warm-up then inverse-sqrt or cosine decay, gradient clipping
-    lr: float = 1e-3
-    schedule: str = "inverse-sqrt"
-    warmup: int = 1000  # steps
-    min_lr: float = 0.0  # cosine floor
-    weight_decay: float = 0.0  # applied to matrices only
-    beta1: float = 0.9
-    beta2: float = 0.98
-    clip: float = 1.0  # max gradient norm, 0 = off
-    label_smoothing: float = 0.1
+    lr: float = doc(1e-3, "peak learning rate (AdamW)")
+    schedule: str = doc("inverse-sqrt", "learning-rate decay after warm-up", choices=SCHEDULES)
+    warmup: int = doc(1000, "warm-up steps (linear)", metavar="STEPS")
+    min_lr: float = doc(0.0, "cosine schedule: the learning rate it decays to")
+    weight_decay: float = doc(0.0, "AdamW weight decay (matrices only)")
+    beta1: float = doc(0.9, "AdamW beta1")
+    beta2: float = doc(0.98, "AdamW beta2")
+    clip: float = doc(1.0, "largest gradient norm (0: no clipping)")
+    label_smoothing: float = doc(0.1, "label smoothing of the cross-entropy")
     # translation: epochs of token-count batches, BLEU on the first bleu_sentences val pairs
-    epochs: int = 10
-    batch_tokens: int = 4096  # padded tokens (max(src, tgt) length x sentences) per batch
-    bleu_sentences: int = 200  # 0 = no BLEU during training
-    average_last: int = 5  # OUT/averaged = mean of the last N epoch (eval) weights
+    epochs: int = doc(10, "translation: epochs over the training pairs")
+    batch_tokens: int = doc(
+        4096, "translation: padded tokens per batch (max(source, target) length x sentences)"
+    )
+    bleu_sentences: int = doc(
+        200, "translation: BLEU after each epoch on the first N val sentences (0: none)",
+        metavar="N",
+    )  # fmt: skip
+    average_last: int = doc(
+        5, "OUT/averaged is the mean of the last N epochs' (LM: evaluations') weights", metavar="N"
+    )
     # language model: nanoGPT-style random windows, iterations, evaluation every eval_interval
-    max_iters: int = 2000
-    eval_interval: int = 250
-    eval_iters: int = 20
-    block_size: int = 64
-    batch_size: int = 12
+    max_iters: int = doc(2000, "LM: training iterations")
+    eval_interval: int = doc(250, "LM: evaluate every N iterations", metavar="N")
+    eval_iters: int = doc(20, "LM: batches per evaluation", metavar="N")
+    block_size: int = doc(64, "LM: context length (tokens per window; the model's max_len)")
+    batch_size: int = doc(12, "LM: windows per batch")
     # run
-    seed: int = 1337
-    device: str = "cpu"  # "cpu" | "cuda" (bf16 autocast when amp)
-    threads: int = 0  # torch CPU threads, 0 = torch's default (all cores)
-    amp: bool = True
-    out: str = "runs/train"
-    resume: str | None = None  # checkpoint folder with train_state (usually OUT/last)
-    samples: int = 8  # rows of OUT/samples.md
-    quiet: bool = False
+    seed: int = doc(1337, "random seed (data order, initialisation, dropout)")
+    device: str = doc("cpu", "cpu, or cuda (bf16 autocast with --amp)", choices=DEVICES)
+    threads: int = doc(0, "torch CPU threads (0: torch's default, all cores)")
+    amp: bool = doc(True, "cuda: bf16 autocast")
+    out: str = doc("runs/train", "output folder", metavar="DIR")
+    resume: str | None = doc(
+        None, "checkpoint folder to resume from, with its training state (e.g. OUT/last)",
+        metavar="DIR",
+    )  # fmt: skip
+    samples: int = doc(8, "rows of OUT/samples.md")
+    quiet: bool = doc(False, "no progress bars or lines (the per-epoch lines stay)")
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:

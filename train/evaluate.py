@@ -38,7 +38,7 @@ def translate_texts(
 ) -> list[str]:
     """Detokenised translations of `sources`, batched by length, in the input order.
 
-    max_new_tokens: None = the model's whole target length (max_len - 1), as the runtime and
+    max_new_tokens: None = as many as the model's positions allow, as the runtime and
     export's held-out BLEU decode, so that the figures agree.
     """
     model.eval()
@@ -54,8 +54,7 @@ def translate_texts(
     out: list[str] = [""] * len(ids)
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
-        n = max_new_tokens or max_len - 1
-        opts = GenerationOptions(max_new_tokens=n, num_beams=beams)
+        opts = GenerationOptions(max_new_tokens=max_new_tokens, num_beams=beams)
         for i, hyp in zip(chunk, translate_ids(model, [ids[i] for i in chunk], opts)):
             out[i] = tok.decode(hyp)
     return out

@@ -1,0 +1,152 @@
+"""Command-line flags derived from dataclasses: each option is declared once, with its help.
+
+    @dataclass
+    class GenerationOptions:
+        num_beams: int = doc(1, "beam search with N beams (1: greedy)", flags=("--beam",))
+
+    add_flags(parser, GenerationOptions)          # --beam N ... (help: "... (default: 1)")
+    GenerationOptions(**given(args, GenerationOptions))    # only what the command line set
+
+A field's metadata holds its help text, its flags (default: --field-name), metavar, the
+Hugging Face generation_config.json name it maps to (`hf`), and the commands it belongs to.
+Booleans that default to False are switches (`--sample`), those that default to True get a
+`--no-` form; sequences are repeatable flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+_MISSING: Any = dataclasses.MISSING
+
+
+def doc(
+    default: Any = _MISSING,
+    help: str = "",
+    *,
+    default_factory: Any = _MISSING,
+    flags: tuple[str, ...] = (),
+    metavar: str | None = None,
+    hf: str | None = None,
+    commands: tuple[str, ...] | None = None,
+    shown: str | None = None,
+    choices: tuple | None = None,
+) -> Any:
+    """A dataclass field with its documentation (see the module docstring). `shown`: how the
+    default reads in help texts (default: its value)."""
+    metadata = {
+        "help": help,
+        "flags": flags,
+        "metavar": metavar,
+        "hf": hf,
+        "commands": commands,
+        "shown": shown,
+        "choices": choices,
+    }
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+METAVARS = {int: "N", float: "X", str: "TEXT"}
+
+
+def _base_type(t: Any) -> Any:
+    """int for `int | None`, the argument's type for a sequence, else t."""
+    if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union:
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        t = args[0]
+    return t
+
+
+def _is_sequence(t: Any) -> bool:
+    origin = typing.get_origin(t)
+    return origin in (list, tuple, Sequence) or origin is typing.get_origin(Sequence[int])
+
+
+def default_text(f: dataclasses.Field) -> str:
+    """The default of a field, as help texts show it."""
+    if f.metadata.get("shown") is not None:
+        return str(f.metadata["shown"])
+    if f.default is not _MISSING:
+        value = f.default
+    elif f.default_factory is not _MISSING:
+        value = f.default_factory()  # type: ignore[operator]
+    else:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)) and not value:
+        return "none"
+    return str(value)
+
+
+def flag_names(f: dataclasses.Field) -> tuple[str, ...]:
+    return tuple(f.metadata.get("flags") or ()) or ("--" + f.name.replace("_", "-"),)
+
+
+def add_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    command: str | None = None,
+    skip: Sequence[str] = (),
+    default: str | None = None,
+) -> None:
+    """One flag per documented field of `cls` (those for `command`, when fields name commands),
+    default None so that `given` can tell what the command line set. Each help text ends with
+    "(default: ...)": the field's default, or `default` when another value applies (a
+    preset's)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        commands = meta.get("commands")
+        if (
+            "help" not in meta
+            or f.name in skip
+            or (command and commands and command not in commands)
+        ):
+            continue
+        t = hints[f.name]
+        base = _base_type(t)
+        shown = default if default is not None else default_text(f)
+        help_text = meta["help"] + (f" (default: {shown})" if shown else "")
+        names = flag_names(f)
+        kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
+        if base is bool:
+            if f.default is True or default is not None:  # a preset may have turned it on
+                kw["action"] = argparse.BooleanOptionalAction
+            else:
+                kw["action"] = "store_const"
+                kw["const"] = True
+        elif _is_sequence(base):
+            kw["action"] = "append"
+            kw["metavar"] = meta.get("metavar") or "TEXT"
+        else:
+            kw["type"] = base
+            kw["metavar"] = meta.get("metavar") or METAVARS.get(base, "VALUE")
+            if meta.get("choices"):
+                kw["choices"] = meta["choices"]
+                kw["metavar"] = "{" + ",".join(meta["choices"]) + "}"
+        parser.add_argument(*names, **kw)
+
+
+def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of `cls` that the command line set (flags added by add_flags)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(args, f.name, None)
+        if value is not None:
+            out[f.name] = value
+    return out
+
+
+def hf_names(cls: type) -> dict[str, str]:
+    """{Hugging Face generation_config.json name: field} for the fields that declare one."""
+    return {f.metadata["hf"]: f.name for f in dataclasses.fields(cls) if f.metadata.get("hf")}

@@ -1,0 +1,235 @@
+"""A loaded package: its sessions, tokenizers, special ids and default decoding options.
+
+Translator and Generator (runtime.api) are the text API over a Model; export's parity check and
+`edgeformer verify` use a Model directly. `Model.prepare` turns a request's options into what
+the decoding loop runs, once per request: the package's defaults under the caller's options,
+texts and token strings as ids, and max_new_tokens fitted to the model's positions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import threading
+import warnings
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from ..core.decoding import GenerationOptions, fit_new_tokens
+from ..core.format import TOKENIZER_FILE, graph_names
+from ..core.schema import PackageError
+from ..core.variants import pick_variant
+from .package import Package, load_package
+from .session import PROVIDERS, SessionSettings
+from .steppers import Graph
+
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
+
+
+def make_options(opts: GenerationOptions | None = None, **options) -> GenerationOptions:
+    """GenerationOptions from keyword options on top of `opts` (a package's defaults); unknown
+    names: ValueError. Asking for sampling without num_beams turns a default beam search off."""
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise ValueError(f"unknown generation option(s) {unknown}; valid: {list(OPTION_NAMES)}")
+    if options.get("sampling") and "num_beams" not in options:
+        options["num_beams"] = 1
+    return dataclasses.replace(opts or GenerationOptions(), **options)
+
+
+def pad(seqs: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Id lists -> right-padded (B, T) int64 ids and 0/1 mask."""
+    T = max(len(s) for s in seqs)
+    ids = np.full((len(seqs), T), pad_id, dtype=np.int64)
+    mask = np.zeros((len(seqs), T), dtype=np.int64)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], mask[i, : len(s)] = s, 1
+    return ids, mask
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def check_onnxruntime(pkg: Package) -> None:
+    """The package's min_onnxruntime, enforced before any graph is loaded."""
+    if _version(ort.__version__) < _version(pkg.config.min_onnxruntime):
+        raise PackageError(
+            f"model package {pkg.path} needs onnxruntime >= {pkg.config.min_onnxruntime}; "
+            f"this is {ort.__version__} (pip install -U onnxruntime)"
+        )
+
+
+def cpu_only(provider: str) -> str:
+    """Format-2 packages decode on the CPU provider.
+
+    Their self-attention is GroupQueryAttention, which onnxruntime's CUDA provider runs for
+    float16/bfloat16 only (an fp32 graph would run it on the CPU, copying the cache across every
+    step), and no float16 variant is exported yet. `auto` therefore means the CPU, and `cuda` is
+    an error rather than a silent fallback.
+    """
+    if provider not in PROVIDERS:
+        raise ValueError(f"provider={provider!r}, expected one of {PROVIDERS}")
+    if provider == "cuda":
+        raise ValueError(
+            "provider 'cuda': this package's graphs decode on the CPU provider only "
+            "(GroupQueryAttention has no float32 CUDA kernel and no float16 variant is exported "
+            "yet); use provider 'cpu' or 'auto'"
+        )
+    return "cpu"
+
+
+class Model:
+    """A loaded package: sessions for every graph of a variant, tokenizer, special ids."""
+
+    def __init__(
+        self,
+        package_path: str | os.PathLike,
+        family: str,
+        variant: str = "fp32",
+        provider: str = "auto",
+        settings: SessionSettings | None = None,
+        max_quality_loss: float | None = None,
+    ):
+        settings = settings or SessionSettings()
+        pkg: Package = load_package(package_path)
+        self.variant_reason = "asked for"
+        if variant == "auto":  # export's measurements decide (core.variants.pick_variant)
+            variant, self.variant_reason = pick_variant(pkg.config, max_quality_loss)
+        if pkg.family != family:
+            use = "Translator" if pkg.family == "encoder-decoder" else "Generator"
+            raise PackageError(
+                f"model package {pkg.path} is {pkg.family}, not {family}: use {use} "
+                f"(edgeformer {'translate' if use == 'Translator' else 'generate'})"
+            )
+        if settings.providers is not None and provider != "auto":
+            raise ValueError(f"provider={provider!r} and providers=[...] given: choose one")
+        provider = cpu_only(provider)
+        self.package, self.family, self.variant = pkg, family, variant
+        check_onnxruntime(pkg)
+        self.config = pkg.config
+        self.n_layers, self.max_len = self.config.model.n_decoder_layers, self.config.model.max_len
+        # generation_config.json: the package's default decoding settings (fields it sets)
+        self.default_settings = pkg.generation_settings()  # checked there
+        self.defaults = GenerationOptions(**self.default_settings)
+        special = self.config.special_tokens
+        self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
+        self.tokenizer = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
+        # the sources' own tokenizer (source_tokenizer.json: converted Marian models), or the same
+        source = pkg.source_tokenizer
+        own = source.name != TOKENIZER_FILE
+        self.source_tokenizer = Tokenizer.from_file(str(source)) if own else self.tokenizer
+        names = self.config.graphs  # io_names of its format, checked by load_package
+        self.graphs: dict[str, Graph] = {}
+        for graph in graph_names(family):
+            try:
+                sess = settings.session(pkg.file(graph, variant), graph)
+            except ValueError:
+                raise
+            except Exception as e:  # onnxruntime refused the graph (corrupt, escaping data, ...)
+                raise PackageError(
+                    f"model package {pkg.path}: onnxruntime cannot load the {variant} {graph} "
+                    f"graph: {str(e).splitlines()[0][:300]}"
+                ) from None
+            inputs = [i.name for i in sess.get_inputs()]
+            outputs = [o.name for o in sess.get_outputs()]
+            want = names[graph]
+            if sorted(inputs) != sorted(want["inputs"]) or sorted(outputs) != sorted(
+                want["outputs"]
+            ):
+                raise PackageError(
+                    f"model package {pkg.path}: {graph} graph's inputs/outputs do not match "
+                    f"the package contract (inputs {inputs}, outputs {outputs})"
+                )
+            self.graphs[graph] = Graph(sess)
+        # what the sessions run on: "cpu", or the providers asked for (onnxruntime's names)
+        self.provider = (
+            provider
+            if settings.providers is None
+            else ",".join(self.graphs["decoder"].session.get_providers())
+        )
+
+    def options(self, **options) -> GenerationOptions:
+        """Keyword options on top of the package's defaults (make_options)."""
+        return make_options(self.defaults, **options)
+
+    def encode(self, text: str) -> list[int]:
+        """Target-side ids (LM prompts, target prefixes, suppress_sequences, targets)."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_source(self, text: str) -> list[int]:
+        """Source ids (a translation's input), with the source tokenizer."""
+        return self.source_tokenizer.encode(text, add_special_tokens=False).ids
+
+    def resolve(self, opts: GenerationOptions) -> GenerationOptions:
+        """opts with suppress_sequences texts and end_token strings turned into ids (texts are
+        encoded alone, as the tokenizer encodes them; a token string must be in the
+        vocabulary, or be digits: an id); ids outside the vocabulary are a ValueError."""
+        vocab = self.tokenizer.get_vocab_size()
+        seqs: list[tuple[int, ...]] = []
+        for seq in opts.suppress_sequences:
+            ids = tuple(self.encode(seq)) if isinstance(seq, str) else tuple(seq)
+            if not ids or max(ids) >= vocab:
+                raise ValueError(f"suppress_sequences: {seq!r} has no token ids in the vocabulary")
+            seqs.append(ids)
+        ends: list[int] = []
+        for tok in opts.end_token:
+            i = self.tokenizer.token_to_id(tok) if isinstance(tok, str) else tok
+            if i is None and isinstance(tok, str) and tok.isdigit():  # the CLI's ids
+                i = int(tok)
+            if i is None or not 0 <= i < vocab:
+                raise ValueError(f"end_token {tok!r} is not a token of the vocabulary")
+            ends.append(int(i))
+        if seqs == list(opts.suppress_sequences) and ends == list(opts.end_token):
+            return opts
+        return dataclasses.replace(opts, suppress_sequences=seqs, end_token=ends)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def prepare(
+        self,
+        opts: GenerationOptions,
+        room: int,
+        warn: WarnOnce | None = None,
+        sliding_hint: bool = False,
+    ) -> GenerationOptions:
+        """What the decoding loop runs for one request: `opts` (the package's defaults under the
+        caller's options, make_options) with texts and token strings as ids (resolve) and
+        max_new_tokens fitted to the `room` the model's positions leave; a number asked for that
+        does not fit is cut, with a warning once per object."""
+        asked = opts.max_new_tokens
+        fitted, cut = fit_new_tokens(self.resolve(opts), room)
+        if cut and warn is not None:
+            assert asked is not None and fitted.max_new_tokens is not None
+            warn.cut(asked, fitted.max_new_tokens, self.max_len, sliding_hint)
+        return fitted
+
+
+class WarnOnce:
+    """The max_new_tokens cut warning, given once per Translator / Generator object."""
+
+    def __init__(self) -> None:
+        self.lock, self.done = threading.Lock(), False
+
+    def cut(self, asked: int, n: int, max_len: int, sliding_hint: bool = False) -> None:
+        if n >= asked:
+            return
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+        hint = (
+            "; sliding_window=True (--sliding-window) goes on by re-encoding the last "
+            f"{max(1, max_len // 2)} tokens"
+            if sliding_hint
+            else ""
+        )
+        warnings.warn(
+            f"max_new_tokens={asked} cut to {n}: the model's positions end at max_len {max_len}"
+            f"{hint} (warned once per object)",
+            stacklevel=4,
+        )

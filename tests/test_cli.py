@@ -1,0 +1,147 @@
+"""The command line as a user meets it: help texts, defaults equal to the API's, files, extras."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import sys
+
+import pytest
+
+from edgeformer.runtime import Generator, Translator
+from edgeformer.runtime.cli import COMMANDS, DESCRIPTION, main
+
+TEXTS = ["two dogs play in the snow .", "a man rides a bike .", "", "a woman sings ."]
+
+
+def parser_of(command: str) -> argparse.ArgumentParser:
+    module, _ = COMMANDS[command]
+    parser = argparse.ArgumentParser()
+    importlib.import_module(module).add_arguments(parser, command)
+    return parser
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_flag_says_its_default_and_meaning(command):
+    for action in parser_of(command)._actions:
+        if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            continue
+        text = action.help or ""
+        assert "(default: " in text and len(text.split("(default: ")[0]) > 10, (
+            command, action.option_strings, text,
+        )  # fmt: skip
+
+
+def test_top_level_help_says_what_it_is(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert DESCRIPTION in out and "Subcommands live" not in out
+    for command in COMMANDS:
+        assert command in out
+
+
+def stdin_lines(monkeypatch, lines: list[str]) -> None:
+    data = "".join(line + "\n" for line in lines).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def long_package(tmp_path_factory, tokenizer_json):
+    """A random-weight translator of max_len 200: its outputs loop to the length limit, so a
+    different max_new_tokens default (64 in the API, 128 in the CLI, once) would show."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from edgeformer.export import export_package
+    from edgeformer.models import ModelConfig, build_model
+    from edgeformer.models.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    vocab = Tokenizer.from_file(str(tokenizer_json)).get_vocab_size()
+    cfg = ModelConfig(vocab_size=vocab, d_model=32, n_heads=4, n_encoder_layers=1,
+                      n_decoder_layers=1, d_ff=64, dropout=0.0, max_len=200)  # fmt: skip
+    root = tmp_path_factory.mktemp("long")
+    ckpt = save_checkpoint(root / "ckpt", build_model(cfg).eval(), tokenizer_json)
+    return export_package(ckpt, root / "pkg", verbose=False)
+
+
+def test_cli_and_api_share_their_defaults(long_package, lm_package, capsys, monkeypatch):
+    """No flags, no options: the same translations and continuations, up to the model's
+    whole length (max_len - 1 target tokens)."""
+    stdin_lines(monkeypatch, TEXTS)
+    assert main(["translate", str(long_package)]) == 0
+    cli = capsys.readouterr().out.splitlines()
+    translator = Translator(long_package)
+    assert cli == translator.translate_batch(TEXTS)
+    ids = translator.translate_ids([translator.source_ids(TEXTS[0])])[0]
+    assert len(ids) == 200  # this random model never ends: all the positions allow
+    assert main(["generate", str(lm_package), "two dogs"]) == 0
+    out = capsys.readouterr().out.rstrip("\n")
+    assert out == "two dogs" + Generator(lm_package).generate("two dogs")
+
+
+def test_a_lone_file_argument_is_refused_with_a_hint(ed_package, tmp_path, capsys, monkeypatch):
+    src = tmp_path / "test.en"
+    src.write_text("\n".join(TEXTS) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["translate", str(ed_package), "test.en"]) == 2
+    err = capsys.readouterr().err
+    assert "'test.en' is a file" in err and "--input test.en" in err
+    assert main(["generate", str(ed_package), "test.en"]) == 2
+    assert "--input test.en" in capsys.readouterr().err
+
+
+def test_input_and_output_files(ed_package, tmp_path, capsys):
+    src, out = tmp_path / "test.en", tmp_path / "test.de"
+    src.write_text("\n".join(TEXTS) + "\n")
+    args = ["translate", str(ed_package), "--input", str(src), "--max-new-tokens", "5"]
+    assert main([*args, "--output", str(out)]) == 0
+    want = Translator(ed_package).translate_batch(TEXTS, max_new_tokens=5)
+    assert out.read_text().splitlines() == want
+    assert capsys.readouterr().out == ""
+    assert main(args) == 0  # --input alone: to stdout
+    assert capsys.readouterr().out.splitlines() == want
+    assert main([*args, "--output", str(src)]) == 2  # never over its own input
+    assert "is the --input file" in capsys.readouterr().err
+    assert src.read_text().splitlines() == TEXTS
+    assert main(["translate", str(ed_package), "x", "--input", str(src)]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+def test_a_failed_output_leaves_nothing(ed_package, tmp_path, capsys):
+    """A line the model cannot take is reported and the rest still written (exit 1); an error
+    that stops the run leaves no half-written --output."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_bytes(b"two dogs .\n\xff\xfe\na man .\n")
+    assert main(["translate", str(ed_package), "--input", str(src), "--output", str(out)]) == 1
+    assert "line 2: not valid UTF-8" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 3
+    out.unlink()
+    args = ["translate", str(ed_package), "--input", str(src), "--output", str(out)]
+    assert main([*args, "--variant", "int4", "--threads", "0"]) == 2
+    assert not out.exists() and not list(tmp_path.glob(".out.txt*"))
+
+
+EXTRA_COMMANDS = {
+    "train": ["train"],
+    "export": ["export", "ckpt", "pkg"],
+    "convert": ["convert", "hf", "src", "ckpt"],
+    "bench": ["bench"],
+}
+
+
+@pytest.mark.parametrize("command", list(EXTRA_COMMANDS))
+def test_commands_without_their_extra_say_what_to_install(command, capsys, monkeypatch):
+    """On a runtime-only install (no torch) these print one line naming the extra (exit 2)."""
+    real = importlib.util.find_spec
+
+    def no_torch(name, *args):
+        return None if name.split(".")[0] == "torch" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", no_torch)
+    assert main(EXTRA_COMMANDS[command]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "needs torch" in err and "pip install torch==2.13.0" in err and "edgeformer[" in err
