@@ -140,7 +140,7 @@ def measure_variants(
     from ..runtime.verify import verify
     from .quality import held_out_quality
 
-    held = held_out_quality(folder, data, list(config.variants), lambda m: _log(verbose, m))
+    held = held_out_quality(folder, data, list(config.variants), verbose)
     measured = {}
     for c in verify(folder):
         if c.error is None:

@@ -12,7 +12,7 @@ the whole validation split. GPTQ's calibration examples come from the training s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +20,9 @@ import numpy as np
 from ..core.data import TrainingData, load_multi30k, load_shakespeare
 from ..core.format import TOKENIZER_FILE
 from ..core.metrics import bleu_scores, windows
+from ..core.progress import Progress
 
 HELD_OUT_WINDOWS = 256
-Progress = Callable[[str], None]
 
 
 def translation_bleu(
@@ -32,13 +32,16 @@ def translation_bleu(
     refs: list[str],
     threads: int | None = None,
     batch_size: int = 32,
+    verbose: bool = False,
 ) -> tuple[dict, list[str]]:
     """(cased and lowercased sacreBLEU of greedy translations, the translations). Each
     translation may use the model's whole length (max_new_tokens=None, as training's BLEU)."""
     from ..runtime import Translator
 
     tr = Translator(package, variant=variant, provider="cpu", threads=threads)
-    hyps = list(tr.translate_iterable(sources, batch_size, truncate=True))
+    bar = Progress(f"{variant}: held-out BLEU", len(sources), "sentences", quiet=not verbose)
+    hyps = list(bar.iterate(tr.translate_iterable(sources, batch_size, truncate=True)))
+    bar.close()
     return bleu_scores(hyps, refs), hyps
 
 
@@ -61,40 +64,48 @@ def windows_perplexity(
     windows: list[list[int]],
     threads: int | None = None,
     batch_size: int = 64,
+    verbose: bool = False,
 ) -> dict:
     """{"loss", "ppl", "tokens"}: teacher-forced through the runtime's step loop."""
     from ..runtime import Generator
 
     gen = Generator(package, variant=variant, provider="cpu", threads=threads)
     nll, count = 0.0, 0
-    for b in range(0, len(windows), batch_size):
+    bar = Progress(f"{variant}: held-out perplexity", len(windows), "windows", quiet=not verbose)
+    for b in bar.iterate(range(0, len(windows), batch_size)):
         for logp in gen.score_ids(windows[b : b + batch_size]):
             nll -= float(logp.sum())
             count += len(logp)
+    bar.close()
     loss = nll / max(count, 1)
     return {"loss": loss, "ppl": math.exp(loss), "tokens": count}
 
 
 def held_out_quality(
-    package: Path, data: TrainingData | None, variants: list[str], say: Progress = print
+    package: Path, data: TrainingData | None, variants: list[str], verbose: bool = True
 ) -> dict:
     """{variant: {"bleu": ...} or {"perplexity": ...}} on the held-out split of the bundled data
     the checkpoint was trained on; {} when there is none (a converted Hugging Face model, a run
     on the user's own data)."""
     if data is None or not data.held_out:
         return {}
+
+    def say(message: str) -> None:
+        if verbose:
+            print(message, file=sys.stderr, flush=True)
+
     out = {}
     if data.dataset == "multi30k":
         assert data.src_lang is not None and data.tgt_lang is not None
         src, refs = load_multi30k("val", data.src_lang, data.tgt_lang)
         for v in variants:
-            out[v] = {"bleu": translation_bleu(package, v, src, refs)[0]["bleu"]}
+            out[v] = {"bleu": translation_bleu(package, v, src, refs, verbose=verbose)[0]["bleu"]}
             say(f"{v}: held-out BLEU {out[v]['bleu']:.2f} (greedy, {len(src):,} Multi30k val "
                 f"sentences {data.src_lang}-{data.tgt_lang}, cased sacreBLEU)")  # fmt: skip
         return out
     held = text_windows(package, load_shakespeare()[1], HELD_OUT_WINDOWS)
     for v in variants:
-        out[v] = {"perplexity": windows_perplexity(package, v, held)["ppl"]}
+        out[v] = {"perplexity": windows_perplexity(package, v, held, verbose=verbose)["ppl"]}
         say(f"{v}: held-out perplexity {out[v]['perplexity']:.3f} (first {len(held)} windows of "
             "Tiny Shakespeare's val split)")  # fmt: skip
     return out

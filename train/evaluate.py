@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from edgeformer.core.data import load_multi30k, load_shakespeare
 from edgeformer.core.decoding import GenerationOptions
 from edgeformer.core.metrics import bleu_scores, windows
+from edgeformer.core.progress import Progress
 from edgeformer.models import complete_ids, translate_ids
 from edgeformer.models.checkpoint import load_checkpoint
 
@@ -35,11 +36,13 @@ def translate_texts(
     beams: int = 1,
     batch_size: int = 64,
     max_new_tokens: int | None = None,
+    progress: str | None = None,
 ) -> list[str]:
     """Detokenised translations of `sources`, batched by length, in the input order.
 
     max_new_tokens: None = as many as the model's positions allow, as the runtime and
-    export's held-out BLEU decode, so that the figures agree.
+    export's held-out BLEU decode, so that the figures agree. progress: a label to show
+    progress under (core.progress), when the caller wants it.
     """
     model.eval()
     max_len = model.cfg.max_len
@@ -52,11 +55,14 @@ def translate_texts(
         )
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[str] = [""] * len(ids)
+    bar = Progress(progress or "", len(ids), "sentences", quiet=progress is None)
     for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
         opts = GenerationOptions(max_new_tokens=max_new_tokens, num_beams=beams)
         for i, hyp in zip(chunk, translate_ids(model, [ids[i] for i in chunk], opts)):
             out[i] = tok.decode(hyp)
+        bar.advance(len(chunk))
+    bar.close()
     return out
 
 

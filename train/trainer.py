@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from edgeformer.core.data import CHECKPOINT_KEY, load_multi30k, load_shakespeare
 from edgeformer.core.metrics import bleu_scores
+from edgeformer.core.progress import Progress
 from edgeformer.models import DecoderOnly, EncoderDecoder, ModelConfig, build_model
 from edgeformer.models.batch import collate, make_pairs
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
@@ -198,9 +199,10 @@ class Run:
         if self.world > 1:
             dist.barrier()
 
-    def progress(self, it, **kw):
-        quiet = self.cfg.quiet or not self.main or not sys.stderr.isatty()
-        return tqdm(it, disable=quiet, leave=False, dynamic_ncols=True, **kw)
+    def progress(self, label: str, total: int, unit: str) -> Progress:
+        """A bar on a terminal, a line every 30 s in a log (core.progress); nothing with
+        --quiet or on the other ranks."""
+        return Progress(label, total, unit, quiet=self.cfg.quiet or not self.main)
 
     def autocast(self):
         if self.device.type == "cuda" and self.cfg.amp:
@@ -514,8 +516,8 @@ def train_translation(run: Run) -> nn.Module:
         batches = batches[: len(batches) // run.world * run.world][run.rank :: run.world]
         ddp.train()
         t_epoch, loss_sum, tok_sum, seen = time.time(), 0.0, 0, 0
-        bar = run.progress(batches, desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch")
-        for idx in bar:
+        bar = run.progress(f"epoch {epoch + 1}/{cfg.epochs}", len(batches), "batches")
+        for idx in bar.iterate(batches):
             src, tgt_in, tgt_out = (
                 x.to(run.device) for x in collate([train_pairs[i] for i in idx])
             )
@@ -528,13 +530,15 @@ def train_translation(run: Run) -> nn.Module:
             n = int((tgt_out != PAD_ID).sum())
             loss_sum, tok_sum = loss_sum + loss.item() * n, tok_sum + n
             seen += int((src != PAD_ID).sum()) + n
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}")
+            bar.note(f"loss {loss.item():.3f}, lr {lr:.1e}")
+        bar.close()
         tokens_per_s = seen * run.world / (time.time() - t_epoch)
         if run.main:
             val_loss = translation_val_loss(run, model, val_pairs)
             bleu = None
             if bleu_n:
-                hyps = translate_texts(model, tok, bleu_src)
+                label = None if cfg.quiet else f"epoch {epoch + 1} val BLEU"
+                hyps = translate_texts(model, tok, bleu_src, progress=label)
                 bleu = val_bleu(hyps, bleu_ref, cfg.lowercase)
             record = {
                 "epoch": epoch + 1,
@@ -670,9 +674,9 @@ def train_lm(run: Run) -> nn.Module:
         rng = np.random.default_rng([cfg.seed, ev, run.rank])
         t_eval, losses = time.time(), []
         iters = range(ev * cfg.eval_interval, min(cfg.max_iters, (ev + 1) * cfg.eval_interval))
-        bar = run.progress(iters, desc=f"iters {iters[0]}-{iters[-1] + 1}", unit="it")
+        bar = run.progress(f"iters {iters[0]}-{iters[-1] + 1}", len(iters), "iters")
         ddp.train()
-        for it in bar:
+        for it in bar.iterate(iters):
             x, y = (t.to(run.device) for t in get_batch(train_ids, block, cfg.batch_size, rng))
             lr = lr_at(it, cfg, cfg.max_iters)
             with run.autocast():
@@ -681,7 +685,8 @@ def train_lm(run: Run) -> nn.Module:
             optimize(run, ddp, optimizer, loss, lr)
             step = it + 1
             losses.append(loss.item())
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{lr:.1e}")
+            bar.note(f"loss {losses[-1]:.3f}, lr {lr:.1e}")
+        bar.close()
         tokens_per_s = len(losses) * cfg.batch_size * block * run.world / (time.time() - t_eval)
         if run.main:
             val_loss = lm_loss(run, model, val_ids, cfg.seed)

@@ -1,0 +1,30 @@
+"""Long steps are never silent in a log: core.progress prints a line at most every 30 s."""
+
+from __future__ import annotations
+
+import io
+
+from edgeformer.core.progress import Progress, duration
+
+
+def test_a_log_gets_plain_lines_and_quiet_gets_none():
+    log = io.StringIO()  # not a terminal
+    bar = Progress("epoch 3/40", total=4, unit="batches", stream=log, every=0.0)
+    for _ in bar.iterate(range(4)):
+        bar.note("loss 4.102")
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert lines[-1].startswith("epoch 3/40: 4/4 batches (100%), 0 s, loss 4.102"), lines
+    assert "\r" not in log.getvalue()
+    slow = io.StringIO()
+    bar = Progress("export", stream=slow)  # every 30 s: nothing within this test
+    bar.advance(10)
+    assert slow.getvalue() == ""
+    quiet = io.StringIO()
+    bar = Progress("x", 2, stream=quiet, quiet=True, every=0.0)
+    bar.advance(2)
+    assert quiet.getvalue() == ""
+
+
+def test_duration_reads_as_a_person_would():
+    assert [duration(s) for s in (5, 65, 3725)] == ["5 s", "1 min 5 s", "1 h 2 min"]
