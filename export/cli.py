@@ -94,32 +94,42 @@ def run(args: argparse.Namespace) -> int:
         return export_and_verify(args)
 
 
+class ParityError(ValueError):
+    """The fp32 graphs do not reproduce PyTorch's logits."""
+
+
+FP32_PARITY = 1e-4  # largest |logit difference| of the fp32 graphs against PyTorch
+
+
 def export_and_verify(args: argparse.Namespace) -> int:
+    """Export, then check every variant against PyTorch before the package takes OUT_DIR's
+    place: a failed fp32 check leaves no package behind (exit 1)."""
     from .exporter import check_variants, export_package
+    from .verify import verify_package
 
     variants = ["fp32", *check_variants(args.quantize)]
     args.checkpoint, why = pick_checkpoint(args.checkpoint)
     if why is not None:
         print(f"edgeformer export: {why}", file=sys.stderr)
-    path = export_package(
-        args.checkpoint,
-        args.out_dir,
-        variants=variants,
-        force=args.force,
-        verbose=not args.quiet,
-    )
-    if not args.no_verify:
-        from .verify import verify_package
 
+    def parity(package: Path) -> None:
         for variant in variants:
-            d = verify_package(path, args.checkpoint, variant)
-            ok = d <= 1e-4 or variant != "fp32"
-            if not args.quiet or not ok:
+            d = verify_package(package, args.checkpoint, variant)
+            if not args.quiet:
                 print(f"verify {variant}: max |logit diff| vs PyTorch {d:.2e}", file=sys.stderr)
-            if not ok:
-                print(
-                    f"edgeformer export: fp32 parity check failed ({d:.2e} > 1e-4)", file=sys.stderr
+            if variant == "fp32" and not d <= FP32_PARITY:
+                raise ParityError(
+                    f"fp32 parity check failed: max |logit diff| vs PyTorch {d:.2e} > "
+                    f"{FP32_PARITY:g}; no package was written"
                 )
-                return 1
+
+    try:
+        path = export_package(
+            args.checkpoint, args.out_dir, variants=variants, force=args.force,
+            verbose=not args.quiet, check=None if args.no_verify else parity,
+        )  # fmt: skip
+    except ParityError as e:
+        print(f"edgeformer export: {e}", file=sys.stderr)
+        return 1
     print(path)
     return 0

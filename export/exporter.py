@@ -13,12 +13,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.data import TrainingData
-from ..core.files import sha256
+from ..core.files import atomic_folder, sha256
 from ..core.format import (
     CONFIG_FILE,
     GENAI_CONFIG_FILE,
@@ -66,17 +66,28 @@ def unk_id(tokenizer_json: Path) -> int | None:
     return None if token is None else Tokenizer.from_file(str(tokenizer_json)).token_to_id(token)
 
 
-def is_package(path: Path) -> bool:
-    """A folder whose config.json says it is an edgeformer package (what --force may replace)."""
+def not_a_package(path: Path) -> str | None:
+    """Why --force must not replace the folder `path` (None: it is a package, every file of it
+    listed by its config.json, so replacing it loses nothing of the user's)."""
+    if path.is_symlink() or not path.is_dir():
+        return "it is not a folder"
     try:
-        return json.loads((path / CONFIG_FILE).read_text()).get("format") == PACKAGE_FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+        config = json.loads((path / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return f"it has no readable {CONFIG_FILE}"
+    files = config.get("files") if isinstance(config, dict) else None
+    if config.get("format") != PACKAGE_FORMAT or not isinstance(files, dict):
+        return f"its {CONFIG_FILE} is not an edgeformer package's"
+    for entry in sorted(path.iterdir()):
+        if entry.name != CONFIG_FILE and (entry.name not in files or not entry.is_file()):
+            return f"{entry.name} is not one of the package's files"
+    return None
 
 
 def check_target(checkpoint_dir: Path, out_dir: Path, force: bool) -> None:
-    """Refuse an OUT_DIR that export must not replace: existing without force, not a package,
-    or the checkpoint itself (or a folder that holds it)."""
+    """Refuse an OUT_DIR that export must not replace: existing without force, not a package
+    (or holding anything its config.json does not list), or the checkpoint itself (or a folder
+    that holds it)."""
     src, dst = checkpoint_dir.resolve(), out_dir.resolve()
     if dst == src or dst in src.parents:
         raise ValueError(f"{out_dir} is or contains the checkpoint being exported; choose another")
@@ -84,36 +95,12 @@ def check_target(checkpoint_dir: Path, out_dir: Path, force: bool) -> None:
         return
     if not force:
         raise FileExistsError(f"{out_dir} already exists (use force=True / --force to replace it)")
-    if out_dir.is_symlink() or not out_dir.is_dir() or not is_package(out_dir):
+    why = not_a_package(out_dir)
+    if why is not None:
         raise FileExistsError(
-            f"{out_dir} exists and is not an edgeformer model package (no package config.json): "
-            "--force replaces packages only; remove it yourself or choose another folder"
+            f"{out_dir} exists and --force replaces only an edgeformer package, whole: {why}; "
+            "remove it yourself or choose another folder"
         )
-
-
-PID_FILE = ".export-pid"
-
-
-def remove_stale_temporaries(out_dir: Path) -> None:
-    """Delete `.NAME.tmp-*` folders left by killed exports (their exporting process is gone)."""
-    for tmp in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
-        try:
-            pid = int((tmp / PID_FILE).read_text())
-            os.kill(pid, 0)  # still running: another export's folder
-        except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        except (OSError, ValueError):
-            continue  # no readable PID file: not ours to judge
-
-
-def make_temporary(out_dir: Path) -> Path:
-    """A hidden folder beside OUT_DIR with the user's umask (mkdtemp makes it 0700)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
-    (tmp / PID_FILE).write_text(str(os.getpid()))
-    return tmp
 
 
 def write_run_configs(folder: Path, checkpoint_dir: Path, config: PackageConfig) -> None:
@@ -177,79 +164,81 @@ def calibrate(
     return hessians, what
 
 
+def write_package(
+    tmp: Path, model, ckpt_config: dict, checkpoint_dir: Path, variants: list[str], verbose: bool
+) -> None:
+    """Every file of the package into the empty folder `tmp`: tokenizers, each variant's graphs
+    and weights, golden.json, the run configs, config.json with checksums and measurements."""
+    import torch
+
+    data = TrainingData.of_checkpoint(ckpt_config)
+    cfg = model.cfg
+    shutil.copyfile(checkpoint_dir / TOKENIZER, tmp / TOKENIZER_FILE)
+    tokenizers = [TOKENIZER_FILE]
+    if (checkpoint_dir / SOURCE_TOKENIZER).is_file():  # sources with their own (Marian)
+        shutil.copyfile(checkpoint_dir / SOURCE_TOKENIZER, tmp / SOURCE_TOKENIZER_FILE)
+        tokenizers.append(SOURCE_TOKENIZER_FILE)
+    entries: dict[str, VariantEntry] = {}
+    hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
+    with torch.no_grad():
+        for variant in variants:
+            t = time.perf_counter()
+            spec = variant_spec(variant, cfg.family, calibration)
+            graphs, _ = build_graphs(model, spec, hessians)
+            files = write_graphs(tmp, variant, {name: g.proto() for name, g in graphs.items()})
+            weights = files.pop("weights")
+            entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
+            size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
+            _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
+    golden = golden_record(model)
+    (tmp / GOLDEN_FILE).write_text(json.dumps(golden.to_json()))
+    listed = [*tokenizers, GOLDEN_FILE, GENERATION_CONFIG_FILE]
+    if cfg.family == "decoder-only":
+        listed.append(GENAI_CONFIG_FILE)
+    for entry in entries.values():
+        listed += [*entry.files.values(), entry.weights]
+    config = PackageConfig(
+        family=cfg.family,
+        model=cfg,
+        special_tokens=SpecialTokens(
+            cfg.pad_id, cfg.bos_id, cfg.eos_id, unk_id(tmp / TOKENIZER_FILE)
+        ),
+        graphs=io_names(cfg.family, cfg.n_decoder_layers),
+        variants=entries,
+        files={},
+        task=ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
+        opset=OPSET,
+    )
+    write_run_configs(tmp, checkpoint_dir, config)
+    config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
+    (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
+    config = measure_variants(tmp, config, data, verbose)
+    (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
+
+
 def export_package(
     checkpoint_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
     variants: tuple[str, ...] | list[str] | str = ("fp32",),
     force: bool = False,
     verbose: bool = True,
+    check: Callable[[Path], None] | None = None,
 ) -> Path:
     """Export a checkpoint to a model package in `out_dir`; returns its path.
 
-    variants: names of export.recipes.VARIANT_SPECS ("fp32" is always written).
+    variants: names of export.recipes.VARIANT_SPECS ("fp32" is always written). check: runs on
+    the finished package before it replaces `out_dir`; an error there leaves nothing behind.
+    The package appears whole or not at all (core.files.atomic_folder).
     """
-    import torch
-
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
     check_target(checkpoint_dir, out_dir, force)
     model, ckpt_config = load_checkpoint(checkpoint_dir)
-    data = TrainingData.of_checkpoint(ckpt_config)
-    cfg = model.cfg
-
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(out_dir)
-    tmp = make_temporary(out_dir)
-    try:
-        t0 = time.perf_counter()
-        shutil.copyfile(checkpoint_dir / TOKENIZER, tmp / TOKENIZER_FILE)
-        tokenizers = [TOKENIZER_FILE]
-        if (checkpoint_dir / SOURCE_TOKENIZER).is_file():  # sources with their own (Marian)
-            shutil.copyfile(checkpoint_dir / SOURCE_TOKENIZER, tmp / SOURCE_TOKENIZER_FILE)
-            tokenizers.append(SOURCE_TOKENIZER_FILE)
-        entries: dict[str, VariantEntry] = {}
-        hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
-        with torch.no_grad():
-            for variant in variants:
-                t = time.perf_counter()
-                spec = variant_spec(variant, cfg.family, calibration)
-                graphs, _ = build_graphs(model, spec, hessians)
-                files = write_graphs(tmp, variant, {name: g.proto() for name, g in graphs.items()})
-                weights = files.pop("weights")
-                entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
-                size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
-                _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
-        golden = golden_record(model)
-        (tmp / GOLDEN_FILE).write_text(json.dumps(golden.to_json()))
-        listed = [*tokenizers, GOLDEN_FILE, GENERATION_CONFIG_FILE]
-        if cfg.family == "decoder-only":
-            listed.append(GENAI_CONFIG_FILE)
-        for entry in entries.values():
-            listed += [*entry.files.values(), entry.weights]
-        config = PackageConfig(
-            family=cfg.family,
-            model=cfg,
-            special_tokens=SpecialTokens(
-                cfg.pad_id, cfg.bos_id, cfg.eos_id, unk_id(tmp / TOKENIZER_FILE)
-            ),
-            graphs=io_names(cfg.family, cfg.n_decoder_layers),
-            variants=entries,
-            files={},
-            task=ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
-            opset=OPSET,
-        )
-        write_run_configs(tmp, checkpoint_dir, config)
-        config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
-        (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
-        config = measure_variants(tmp, config, data, verbose)
-        (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
-        (tmp / PID_FILE).unlink()
+    t0 = time.perf_counter()
+    with atomic_folder(out_dir) as tmp:
+        write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose)
+        if check is not None:
+            check(tmp)
         check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed meanwhile
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     _log(verbose, f"wrote {out_dir} in {time.perf_counter() - t0:.1f} s")
     return out_dir

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,46 +23,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from ..core.config import ModelConfig
+from ..core.files import atomic_folder
 from .transformer import DecoderOnly, EncoderDecoder, build_model
 
 CHECKPOINT_FORMAT = "edgeformer-checkpoint"
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 SOURCE_TOKENIZER = "source_tokenizer.json"  # optional
 GENERATION_CONFIG = "generation_config.json"  # optional: default decoding settings (HF's file)
-
-
-def current_umask() -> int:
-    """The process umask (os.umask can only be read by setting it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def follow_umask(path: str | os.PathLike) -> None:
-    """chmod `path` (and, for a folder, all inside) to what the umask gives a new file or folder:
-    tempfile makes folders 0700 and files 0600, which another account cannot read."""
-    mask = current_umask()
-    path = Path(path)
-    for p in [path, *(path.rglob("*") if path.is_dir() else ())]:
-        if not p.is_symlink():
-            p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
-
-
-def replace_dir(tmp: Path, path: Path) -> None:
-    """Move the finished folder `tmp` to `path`; an old `path` is moved aside first and removed
-    after, so `path` is always either the old or the new folder, never a mix."""
-    old = None
-    if path.exists():
-        old = tmp.with_name(tmp.name + ".old")
-        path.rename(old)
-    try:
-        tmp.rename(path)
-    except BaseException:
-        if old is not None:
-            old.rename(path)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def save_checkpoint(
@@ -75,14 +41,12 @@ def save_checkpoint(
     source_tokenizer_json: str | os.PathLike | None = None,
 ) -> Path:
     """Write model + config + tokenizer (+ the source tokenizer, when the sources have their
-    own) to `path` atomically (temp folder, then rename).
+    own) to `path` whole or not at all (core.files.atomic_folder).
 
     `extra(folder)` may write more files (the training state) into the folder before it is
     renamed into place; if it fails, nothing is left and an older `path` is kept intact."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with atomic_folder(path) as tmp:
         save_model(model, str(tmp / WEIGHTS))
         config = {"format": CHECKPOINT_FORMAT, "model": model.cfg.to_dict(), **(meta or {})}
         (tmp / CONFIG).write_text(json.dumps(config, indent=2))
@@ -91,11 +55,6 @@ def save_checkpoint(
             shutil.copyfile(source_tokenizer_json, tmp / SOURCE_TOKENIZER)
         if extra is not None:
             extra(tmp)
-        follow_umask(tmp)
-        replace_dir(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 

@@ -15,6 +15,8 @@ import os
 import sys
 import warnings
 
+from ..core.files import describe_os_error
+
 DESCRIPTION = "Train a Transformer in PyTorch, export it as an ONNX model package, run it."
 # subcommand -> (module with add_arguments(parser, command) and run(args) -> int, one-line help)
 COMMANDS = {
@@ -144,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:  # disk full, permissions, ...: one line, never a traceback
+        print(f"edgeformer {args.command}: error: {describe_os_error(e)}", file=sys.stderr)
+        return 1
     finally:
         warnings.showwarning = shown
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.files import sha256
+from ..core.files import recover, sha256
 from ..core.format import (
     CONFIG_FILE,
     GENERATION_CONFIG_FILE,
@@ -98,6 +98,8 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     """Read and check a package folder: typed config, file names, every listed file present,
     checksums (verify=True). Nothing outside the folder is ever opened."""
     path = Path(path)
+    if not path.exists():
+        recover(path)  # an export killed while it swapped the new package in (core.files)
     if not path.is_dir():
         raise PackageError(f"model package not found: {path} is not a folder")
     cfg_path = path / CONFIG_FILE

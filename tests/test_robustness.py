@@ -46,26 +46,96 @@ def test_force_replaces_packages_only(what, ed_checkpoint, tmp_path):
         target.write_text("mine")
     before = snapshot(tmp_path)
     error = ValueError if what.startswith("checkpoint") else FileExistsError
-    with pytest.raises(error, match="checkpoint|not an edgeformer model package"):
+    with pytest.raises(error, match="checkpoint|--force replaces only an edgeformer package"):
         export_package(ckpt, target, force=True, verbose=False)
     assert snapshot(tmp_path) == before
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
+def test_force_never_replaces_a_package_holding_a_users_file(ed_package, ed_checkpoint, tmp_path):
+    """A folder whose config.json says it is a package, but that holds a file the package does
+    not list (the user's notes), is not replaced: nothing of the user's is ever deleted."""
+    from edgeformer.export import export_package
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ed_package, pkg)
+    (pkg / "notes.md").write_text("mine")
+    before = snapshot(tmp_path)
+    with pytest.raises(FileExistsError, match="notes.md is not one of the package's files"):
+        export_package(ed_checkpoint, pkg, force=True, verbose=False)
+    assert snapshot(tmp_path) == before
+    (pkg / "notes.md").unlink()  # a package with only its own files is replaced
+    export_package(ed_checkpoint, pkg, force=True, verbose=False)
+
+
+def dead_pid() -> str:
+    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+
+
 def test_killed_export_leftovers_are_cleaned(ed_checkpoint, tmp_path):
     from edgeformer.export import export_package
-    from edgeformer.export.exporter import PID_FILE
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
-    stale, alive, foreign = (tmp_path / f".pkg.tmp-{k}" for k in ("stale", "alive", "foreign"))
-    for folder, pid in ((stale, dead), (alive, str(os.getpid()))):
+    dead, alive = dead_pid(), str(os.getppid())
+    stale, running = tmp_path / f".pkg.tmp-{dead}-x", tmp_path / f".pkg.tmp-{alive}-x"
+    foreign = tmp_path / ".pkg.tmp-mine"  # no PID: not an export's, left alone
+    for folder in (stale, running, foreign):
         folder.mkdir()
-        (folder / PID_FILE).write_text(pid)
-    foreign.mkdir()  # no PID file: not an export's, left alone
     export_package(ed_checkpoint, tmp_path / "pkg", verbose=False)
-    assert not stale.exists() and alive.exists() and foreign.exists()
-    assert not (tmp_path / "pkg" / PID_FILE).exists()
+    assert not stale.exists() and running.exists() and foreign.exists()
+
+
+@pytest.mark.parametrize("killed", ["after-old-moved-aside", "after-new-moved-in", "old-only"])
+def test_a_swap_killed_half_way_is_recovered(killed, ed_package, ed_checkpoint, tmp_path):
+    """Export swaps the new package in by renames (new finished aside, old aside, new in, old
+    deleted); killed between any two, the next load (or export) finds a whole package, and the
+    next export deletes what is left aside."""
+    from edgeformer.export import export_package
+    from edgeformer.runtime import Translator
+
+    pkg, dead = tmp_path / "pkg", dead_pid()
+    new, old = tmp_path / f".pkg.new-{dead}", tmp_path / f".pkg.old-{dead}"
+    if killed == "after-old-moved-aside":  # no pkg: the finished new one is renamed in
+        shutil.copytree(ed_package, new)
+        shutil.copytree(ed_package, old)
+        (old / "config.json").write_text("{}")  # tell the two apart
+    elif killed == "after-new-moved-in":  # pkg is the new one: the old one is deleted
+        shutil.copytree(ed_package, pkg)
+        shutil.copytree(ed_package, old)
+    else:  # the old one aside, no finished new one: it is put back
+        shutil.copytree(ed_package, old)
+    assert Translator(pkg).translate("two dogs .", max_new_tokens=3) is not None
+    assert json.loads((pkg / "config.json").read_text()).get("format") == "edgeformer-package"
+    assert not new.exists()
+    export_package(ed_checkpoint, pkg, force=True, verbose=False)  # the next export tidies up
+    assert [p.name for p in tmp_path.iterdir()] == ["pkg"]
+
+
+def test_disk_full_is_one_line_and_leaves_nothing(ed_checkpoint, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from edgeformer.export import writer
+    from edgeformer.runtime.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".pkg.tmp-x"))
+
+    monkeypatch.setattr(writer, "write_graphs", full)
+    monkeypatch.setattr("edgeformer.export.exporter.write_graphs", full)
+    assert main(["export", str(ed_checkpoint), str(tmp_path / "pkg")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edgeformer export: error: no space left on the device"), err
+    assert "\n" not in err and not list(tmp_path.iterdir())
+
+
+def test_a_failed_parity_check_leaves_no_package(ed_checkpoint, tmp_path, capsys, monkeypatch):
+    from edgeformer.runtime.cli import main
+
+    monkeypatch.setattr("edgeformer.export.verify.verify_package", lambda *a: 0.5)
+    assert main(["export", str(ed_checkpoint), str(tmp_path / "pkg"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "fp32 parity check failed" in err and "no package was written" in err
+    assert not list(tmp_path.iterdir())
 
 
 def test_package_files_follow_the_umask(ed_checkpoint, tmp_path):
