@@ -1,7 +1,10 @@
-"""Installation layout: one `edgeformer` namespace, bundled data, the console script."""
+"""Installed as users install it: `python -m build` makes an sdist and a wheel without warnings;
+the wheel, installed into a fresh virtual environment with only the `cpu` extra (no torch), runs
+a package; the commands that need torch say which extra to install."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,52 +14,90 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("build", reason="the dev extra's `build` makes the wheel")
 
 
-@pytest.fixture(scope="module")
-def wheel_names(tmp_path_factory) -> list[str]:
-    src = tmp_path_factory.mktemp("src")
-    # build from a copy so that no build/ or egg-info lands in the checkout
-    ignore = shutil.ignore_patterns(".git", ".venv", "build", "runs", "packages", "*.egg-info")
-    shutil.copytree(ROOT, src / "edgeformer", ignore=ignore)
-    out = tmp_path_factory.mktemp("wheel")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        str(src / "edgeformer"),
-        "--no-deps",
-        "--no-build-isolation",
-        "-q",
-        "-w",
-        str(out),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True)
-    (whl,) = out.glob("edgeformer-*.whl")
-    return zipfile.ZipFile(whl).namelist()
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory) -> Path:
+    """`python -m build` on a copy of the checkout (no build/ or egg-info lands in it)."""
+    src = tmp_path_factory.mktemp("src") / "edgeformer"
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", "build", "runs", "packages", "*.egg-info", "node_modules", "__pycache__"
+    )
+    shutil.copytree(ROOT, src, ignore=ignore)
+    out = tmp_path_factory.mktemp("dist")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    run = subprocess.run(
+        [sys.executable, "-m", "build", "-o", str(out), str(src)],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-3000:]
+    warnings = [line for line in log.splitlines() if "warning" in line.lower()]
+    assert not warnings, warnings
+    return out
 
 
-def test_wheel_has_one_namespace(wheel_names):
-    tops = {n.split("/")[0] for n in wheel_names}
+def wheel(dist: Path) -> Path:
+    (whl,) = dist.glob("edgeformer-*.whl")
+    return whl
+
+
+def test_sdist_and_wheel(dist):
+    assert len(list(dist.glob("edgeformer-*.tar.gz"))) == 1
+    names = zipfile.ZipFile(wheel(dist)).namelist()
+    tops = {n.split("/")[0] for n in names}
     assert tops == {"edgeformer", "edgeformer-0.1.0.dist-info"}, tops
-    for sub in ("models", "train", "export", "runtime", "benchmarks"):
-        assert f"edgeformer/{sub}/__init__.py" in wheel_names
-    assert "edgeformer/__init__.py" not in wheel_names  # implicit namespace package
-
-
-def test_wheel_bundles_the_data(wheel_names):
+    for sub in ("core", "models", "train", "export", "runtime", "benchmarks"):
+        assert f"edgeformer/{sub}/__init__.py" in names
+    assert "edgeformer/__init__.py" not in names  # implicit namespace package
     for name in (
         "multi30k/train.de.gz",
         "multi30k/test_2016_flickr.en.gz",
         "tinyshakespeare/input.txt",
         "README.md",
     ):
-        assert f"edgeformer/train/data/{name}" in wheel_names
+        assert f"edgeformer/train/data/{name}" in names
 
 
-def test_console_script_lists_subcommands():
-    exe = Path(sys.executable).parent / "edgeformer"
-    out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=True).stdout
-    for cmd in ("train", "export", "translate", "generate", "bench"):
-        assert cmd in out
+@pytest.fixture(scope="session")
+def runtime_env(dist, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel and its `cpu` extra only: numpy, tokenizers, onnxruntime."""
+    venv = tmp_path_factory.mktemp("device") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", f"{wheel(dist)}[cpu]"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    return venv / "bin"
+
+
+def edgeformer(bin: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(bin / "edgeformer"), *map(str, args)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_the_runtime_runs_on_a_fresh_install_without_torch(runtime_env, ed_package, lm_package):
+    no_torch = subprocess.run([str(runtime_env / "python"), "-c", "import torch"])
+    assert no_torch.returncode != 0  # really a device install
+    t = edgeformer(runtime_env, "translate", ed_package, "two dogs .", "--max-new-tokens", "4")
+    assert t.returncode == 0 and len(t.stdout.splitlines()) == 1, t.stderr
+    g = edgeformer(runtime_env, "generate", lm_package, "two", "--max-new-tokens", "4")
+    assert g.returncode == 0 and g.stdout.startswith("two"), g.stderr
+    info = edgeformer(runtime_env, "info", ed_package)
+    assert info.returncode == 0 and "format 4" in info.stdout, info.stderr
+    verify = edgeformer(runtime_env, "verify", lm_package, "--variants", "fp32")
+    assert verify.returncode == 0 and "fp32" in verify.stdout, verify.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["train"], ["export", "ckpt", "pkg"], ["convert", "hf", "src", "out"], ["bench"]]
+)
+def test_commands_that_need_torch_name_the_extra(runtime_env, args):
+    run = edgeformer(runtime_env, *args)
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()  # one line, no traceback
+    assert "needs torch" in line and "pip install torch==2.13.0" in line and "edgeformer[" in line
+    helped = edgeformer(runtime_env, args[0], "--help")  # their help still shows
+    assert helped.returncode == 0 and "usage: edgeformer" in helped.stdout, helped.stderr
