@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import files, measure, report
+from . import files, measure, report, targets
 from .child import Worker, child_floor, child_peak_rss
 from .files import FileBatching
 from .runners import quiet_libraries
@@ -202,7 +202,7 @@ def bench(settings: Settings) -> int:
     finally:
         if not settings.work:
             shutil.rmtree(work, ignore_errors=True)
-    results["targets"] = report.targets(results)
+    results["targets"] = targets.targets(results)
     results["meta"]["wall_s"] = round(time.time() - t_start, 1)
     paths = report.write(results, Path(settings.out), settings.name)
     print(report.markdown(results))

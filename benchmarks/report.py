@@ -11,18 +11,8 @@ from pathlib import Path
 
 from .artifacts import dir_size
 from .files import FileBatching
+from .targets import FP32_PEER, LLAMA_OURS, QUANT_PEER, QUANT_WORKLOADS
 
-# The targets (GitHub issue 10), as ratios of medians measured in the same run:
-FP32_PEER = "ct2-fp32"  # edgeformer-fp32 ms/token <= 0.8x this, on every workload
-FP32_RATIO_TARGET = 0.8
-EAGER = ("hf-torch", "edgeformer-torch")  # PyTorch eager: >= 5x slower than edgeformer-fp32
-EAGER_SPEEDUP_TARGET = 5.0
-QUANT_PEER = "genai-int4"  # best quantized edgeformer-llama-* variant <= 0.8x this ...
-QUANT_RATIO_TARGET = 0.8
-QUANT_WORKLOADS = (("lm", "W1"), ("lm", "W3"))  # ... on these
-# onnxruntime-genai runs a Llama: ours are compared on the same weights, our conversion of it
-LLAMA_OURS = "edgeformer-llama-"  # + variant
-GENAI_PAIRS = (("edgeformer-llama-fp32", "genai-fp32"), ("edgeformer-llama-int4", "genai-int4"))
 PACKAGES = (
     "edgeformer", "torch", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "tokenizers",
     "optimum", "optimum-onnx", "transformers", "ctranslate2", "onnxruntime-genai",
@@ -79,124 +69,6 @@ def environment(threads: int) -> dict:
 
 def size_mb(files: list[Path]) -> float:
     return round(dir_size(files) / 2**20, 2)
-
-
-def _ms(results: dict, shape: str, workload: str, stack: str) -> float | None:
-    for r in results["workloads"]:
-        if (r["shape"], r["workload"], r["stack"]) == (shape, workload, stack):
-            return r["ms_per_token"]["median"]
-    return None
-
-
-def targets(results: dict) -> dict:
-    """Measured ratios against the issue's targets (a row only where both stacks ran)."""
-    out: dict = {"fp32_vs_ct2": [], "speedup_vs_eager": [], "quantized_vs_genai": []}
-    out["file_vs_ct2"] = file_targets(results.get("file", []))
-    out["llama_vs_genai"] = llama_pairs(results)
-    stacks = results["stacks"]
-    for r in results["workloads"]:
-        if r["stack"] != "edgeformer-fp32":
-            continue
-        shape, w, ours = r["shape"], r["workload"], r["ms_per_token"]["median"]
-        peer = _ms(results, shape, w, FP32_PEER)
-        if peer is not None:
-            out["fp32_vs_ct2"].append(
-                {
-                    "shape": shape,
-                    "workload": w,
-                    "ours_ms": ours,
-                    "peer": FP32_PEER,
-                    "peer_ms": peer,
-                    "ratio": ours / peer,
-                    "target": FP32_RATIO_TARGET,
-                    "met": ours / peer <= FP32_RATIO_TARGET,
-                }
-            )
-        for eager in EAGER:
-            e = _ms(results, shape, w, eager)
-            if e is not None:
-                out["speedup_vs_eager"].append(
-                    {
-                        "shape": shape,
-                        "workload": w,
-                        "eager": eager,
-                        "eager_ms": e,
-                        "ours_ms": ours,
-                        "speedup": e / ours,
-                        "target": EAGER_SPEEDUP_TARGET,
-                        "met": e / ours >= EAGER_SPEEDUP_TARGET,
-                    }
-                )
-    for shape, w in QUANT_WORKLOADS:
-        peer = _ms(results, shape, w, QUANT_PEER)
-        info = stacks.get(shape, {})
-        quant = {
-            r["stack"]: r["ms_per_token"]["median"]
-            for r in results["workloads"]
-            if (r["shape"], r["workload"]) == (shape, w) and r["stack"] in info
-            and r["stack"].startswith(LLAMA_OURS) and info[r["stack"]]["device"] == "cpu"
-            and info[r["stack"]]["precision"] not in ("fp32", "fp16")
-        }  # fmt: skip
-        if peer is None or not quant:
-            continue
-        best = min(quant, key=quant.__getitem__)
-        out["quantized_vs_genai"].append(
-            {
-                "shape": shape,
-                "workload": w,
-                "stack": best,
-                "ours_ms": quant[best],
-                "peer": QUANT_PEER,
-                "peer_ms": peer,
-                "ratio": quant[best] / peer,
-                "target": QUANT_RATIO_TARGET,
-                "met": quant[best] / peer <= QUANT_RATIO_TARGET,
-            }
-        )
-    return out
-
-
-def llama_pairs(results: dict) -> list[dict]:
-    """edgeformer vs onnxruntime-genai on the same Llama weights, precision by precision
-    (GENAI_PAIRS), every LM workload where both ran: ms/token and ratio (ours ÷ genai)."""
-    out = []
-    for r in results["workloads"]:
-        for ours, peer in GENAI_PAIRS:
-            if r["stack"] != ours:
-                continue
-            peer_ms = _ms(results, r["shape"], r["workload"], peer)
-            if peer_ms is None:
-                continue
-            ours_ms = r["ms_per_token"]["median"]
-            out.append(
-                {"shape": r["shape"], "workload": r["workload"], "ours": ours, "peer": peer,
-                 "ours_ms": ours_ms, "peer_ms": peer_ms, "ratio": ours_ms / peer_ms}
-            )  # fmt: skip
-    return out
-
-
-def file_targets(rows: list[dict]) -> list[dict]:
-    """File translation (sentences/s, each stack's best batching): edgeformer-fp32 >= ct2-fp32,
-    and our best CPU variant ahead of CTranslate2's best stack."""
-    best = {r["stack"]: r["best"]["sentences_per_s"] for r in rows}
-    ours = {k: v for k, v in best.items() if k.startswith("edgeformer-")}
-    peers = {k: v for k, v in best.items() if k.startswith("ct2-")}
-    out = []
-    if "edgeformer-fp32" in ours and FP32_PEER in peers:
-        ratio = ours["edgeformer-fp32"] / peers[FP32_PEER]
-        out.append(
-            {"ours": "edgeformer-fp32", "peer": FP32_PEER, "ours_sps": ours["edgeformer-fp32"],
-             "peer_sps": peers[FP32_PEER], "ratio": ratio, "target": 1.0, "met": ratio >= 1.0}
-        )  # fmt: skip
-    a = max(ours, key=ours.__getitem__) if ours else None
-    b = max(peers, key=peers.__getitem__) if peers else None
-    if a and b and (a, b) != ("edgeformer-fp32", FP32_PEER):  # else the same line as above
-        ratio = ours[a] / peers[b]
-        out.append(
-            {"ours": a, "peer": b, "ours_sps": ours[a], "peer_sps": peers[b], "ratio": ratio,
-             "target": 1.0, "met": ratio > 1.0}
-        )  # fmt: skip
-    return out
 
 
 # ---- markdown ----------------------------------------------------------------------------------

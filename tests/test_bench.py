@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeformer.benchmarks import report
+from edgeformer.benchmarks import report, targets
 from edgeformer.benchmarks.cli import add_arguments
 from edgeformer.benchmarks.settings import DEFAULT_OUT, Job, Settings
 from edgeformer.benchmarks.shapes import get_shape
@@ -323,7 +323,7 @@ def test_targets_and_markdown_on_synthetic_results():
         ],
         "sweep": [],
     }
-    t = report.targets(res)
+    t = targets.targets(res)
     (fp32,) = t["fp32_vs_ct2"]
     assert fp32["peer"] == "ct2-fp32" and fp32["ratio"] == pytest.approx(2 / 3) and fp32["met"]
     eager = {r["eager"]: r["speedup"] for r in t["speedup_vs_eager"]}
@@ -344,7 +344,7 @@ def test_targets_and_markdown_on_synthetic_results():
     assert "same Llama weights" in md and "| LM W1 | edgeformer-llama-fp32 | 2.500 |" in md
     assert "0.88" not in md  # no constant from the notes any more
     quality_only = {**res, "shapes": {}, "stacks": {}, "workloads": []}  # --workloads none
-    assert report.targets(quality_only) == {
+    assert targets.targets(quality_only) == {
         "fp32_vs_ct2": [],
         "speedup_vs_eager": [],
         "quantized_vs_genai": [],
@@ -374,14 +374,14 @@ def test_file_targets_compare_each_stacks_best():
         _file_row("ct2-fp32", 100.0, [1000.0, 1200.0]),
         _file_row("ct2-int8", 120.0, [833.3, 1000.0]),
     ]
-    fp32, best = report.file_targets(rows)
+    fp32, best = targets.file_targets(rows)
     assert (fp32["ours"], fp32["peer"], fp32["met"]) == ("edgeformer-fp32", "ct2-fp32", False)
     assert fp32["ratio"] == pytest.approx(0.9)
     assert (best["ours"], best["peer"], best["met"]) == ("edgeformer-int4", "ct2-int8", True)
     assert best["ratio"] == pytest.approx(1.25)
     md = "\n".join(report._file_md(rows))
     assert "| edgeformer-int4 | **32 examples** | 150.0 |" in md and "| 90.0 | 50.0 |" in md
-    assert report.file_targets(rows[:2]) == []  # no CTranslate2 row: nothing to compare
+    assert targets.file_targets(rows[:2]) == []  # no CTranslate2 row: nothing to compare
 
 
 @pytest.mark.slow
