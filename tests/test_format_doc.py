@@ -1,5 +1,6 @@
-"""The README's promises: its standalone greedy loop runs as written; its format section names
-every config key and graph input/output that a package has."""
+"""docs/package-format.md is the package contract: its standalone greedy loop runs as written
+and translates as the runtime does; it names every config key, file and graph input/output
+that a package has."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "package-format.md").read_text()
 
 
 def snippet() -> str:
-    section = README.split("### Running a package without edgeformer", 1)[1]
+    section = DOC.split("## Running a package without edgeformer", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -33,7 +34,7 @@ def test_standalone_greedy_loop_matches_the_runtime(ed_package, tmp_path):
 
 
 def test_format_section_names_every_key_and_io_name(ed_package, lm_package):
-    fmt = README.split("### Format", 1)[1].split("### Running", 1)[0]
+    fmt = DOC.split("## Running a package without edgeformer", 1)[0]
     for pkg in (ed_package, lm_package):
         cfg = json.loads((pkg / "config.json").read_text())
         for key in cfg:
