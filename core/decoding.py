@@ -170,10 +170,19 @@ class GenerationOptions:
             bad(f"top_p={self.top_p} must be in (0, 1]")
         if self.num_beams < 1:
             bad(f"num_beams={self.num_beams} must be >= 1")
+        if self.num_beams > MAX_BEAMS:
+            bad(f"num_beams={self.num_beams} must be <= {MAX_BEAMS}")
+        if abs(self.length_penalty) > MAX_LENGTH_PENALTY:
+            bad(
+                f"length_penalty={self.length_penalty} must be in [-{MAX_LENGTH_PENALTY}, "
+                f"{MAX_LENGTH_PENALTY}] (length ** penalty must stay a finite number)"
+            )
         if self.sampling and self.num_beams > 1:
             bad("sampling and beam search (num_beams > 1) cannot be combined")
         if self.num_hypotheses < 1:
             bad(f"num_hypotheses={self.num_hypotheses} must be >= 1")
+        if self.num_hypotheses > MAX_BEAMS:
+            bad(f"num_hypotheses={self.num_hypotheses} must be <= {MAX_BEAMS}")
         if not (self.sampling or self.return_alternatives):
             if self.num_hypotheses > self.num_beams:
                 bad(
@@ -250,6 +259,9 @@ def _sequences(value: object, bad) -> tuple:
 
 
 MIN_TEMPERATURE = 1e-4
+# upper bounds where a larger value only allocates (N x beams rows of cache) or overflows
+MAX_BEAMS = 256  # num_beams and num_hypotheses (CTranslate2 and transformers users stay < 32)
+MAX_LENGTH_PENALTY = 10.0  # |length_penalty|: a 2**20-token length ** 10 is still finite
 
 
 def _is_int(value: object) -> bool:

@@ -41,6 +41,8 @@ last source token's (the encoder's last_key/last_value), written back where they
 
 from __future__ import annotations
 
+from .config import ModelConfig
+
 PACKAGE_FORMAT = "edgeformer-package"
 FORMAT_VERSION = 4
 # 2: `model` under ModelConfig's names, no logits_3d; 3: encoder-decoder cross-attention as
@@ -92,6 +94,21 @@ def model_from_json(model: dict, version: int) -> dict:
 def stored_name(field: str, version: int = FORMAT_VERSION) -> str:
     """How config.json names a ModelConfig field (for error messages)."""
     return f"model.{HF_NAMES.get(field, field) if version != 2 else field}"
+
+
+# sizes every graph records in its metadata (ModelProto.metadata_props, "edgeformer.KEY" under
+# config.json's names), which the runtime compares with config.json at load: a config that
+# disagrees with its graphs is a clear error, not an onnxruntime failure at the first long input
+METADATA_PREFIX = "edgeformer."
+GRAPH_METADATA = (
+    "vocab_size", "d_model", "n_heads", "n_kv_heads", "n_decoder_layers", "max_len"
+)  # fmt: skip
+
+
+def graph_metadata(model: ModelConfig) -> dict[str, str]:
+    """The metadata written into every graph of a package (format 4, since 2026-11-25)."""
+    sizes = {**{k: getattr(model, k) for k in GRAPH_METADATA}, "n_kv_heads": model.kv_heads}
+    return {f"{METADATA_PREFIX}{HF_NAMES.get(k, k)}": str(v) for k, v in sizes.items()}
 
 
 def graph_names(family: str) -> tuple[str, ...]:

@@ -78,6 +78,10 @@ class Golden:
     tokens: list[list[int]]
     top_ids: list[list[list[int]]]
     top_logits: list[list[list[float]]]
+    # how each tokenizer file encoded a probe text at export (exports since 2026-11-25):
+    # [{"file": "tokenizer.json", "text": ..., "ids": [...]}]; the runtime re-encodes it at
+    # load, so an edited vocabulary (a permuted one decodes to garbage) is an error
+    probes: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -107,8 +111,27 @@ class Golden:
         if not ok:
             raise PackageError(f"{where}: shapes, ids or logits out of range")
         return cls(
-            [r.tolist() for r in inputs], tokens.tolist(), top_ids.tolist(), top_logits.tolist()
-        )
+            [r.tolist() for r in inputs], tokens.tolist(), top_ids.tolist(), top_logits.tolist(),
+            _probes(where, data.get("probes", []), vocab_size),
+        )  # fmt: skip
+
+
+def _probes(where: str, value: object, vocab_size: int) -> list[dict]:
+    if not isinstance(value, list):
+        raise PackageError(f"{where}: probes must be a list")
+    for i, p in enumerate(value):
+        ok = (
+            isinstance(p, dict) and isinstance(p.get("file"), str)
+            and isinstance(p.get("text"), str) and isinstance(p.get("ids"), list)
+            and all(_is_id(t, vocab_size) for t in p["ids"])
+        )  # fmt: skip
+        if not ok:
+            raise PackageError(f"{where}: probes[{i}] must be {{file, text, ids < {vocab_size}}}")
+    return value
+
+
+def _is_id(value: object, vocab_size: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size
 
 
 @dataclass(frozen=True)

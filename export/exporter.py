@@ -27,11 +27,13 @@ from ..core.format import (
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
+    graph_metadata,
     io_names,
 )
 from ..core.generation_config import default_generation_config, generation_settings
 from ..core.schema import PackageConfig, SpecialTokens, VariantEntry
 from ..models.checkpoint import GENERATION_CONFIG, SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
+from ..runtime.tokenizer import make_probe
 from .builder import OPSET, build_graphs
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .quality import calibration_batches
@@ -170,6 +172,7 @@ def write_package(
     """Every file of the package into the empty folder `tmp`: tokenizers, each variant's graphs
     and weights, golden.json, the run configs, config.json with checksums and measurements."""
     import torch
+    from tokenizers import Tokenizer
 
     data = TrainingData.of_checkpoint(ckpt_config)
     cfg = model.cfg
@@ -185,12 +188,14 @@ def write_package(
             t = time.perf_counter()
             spec = variant_spec(variant, cfg.family, calibration)
             graphs, _ = build_graphs(model, spec, hessians)
-            files = write_graphs(tmp, variant, {name: g.proto() for name, g in graphs.items()})
+            protos = {name: g.proto() for name, g in graphs.items()}
+            files = write_graphs(tmp, variant, protos, graph_metadata(cfg))
             weights = files.pop("weights")
             entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
             size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
             _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
-    golden = golden_record(model)
+    probes = [make_probe(Tokenizer.from_file(str(tmp / name)), name) for name in tokenizers]
+    golden = dataclasses.replace(golden_record(model), probes=probes)
     (tmp / GOLDEN_FILE).write_text(json.dumps(golden.to_json()))
     listed = [*tokenizers, GOLDEN_FILE, GENERATION_CONFIG_FILE]
     if cfg.family == "decoder-only":

@@ -17,12 +17,16 @@ ALIGN = 4096  # external-data offsets on page boundaries: onnxruntime can mmap t
 INLINE_BYTES = 1024  # smaller initializers stay inside the graph
 
 
-def write_graphs(folder: Path, variant: str, protos: dict) -> dict[str, str]:
+def write_graphs(
+    folder: Path, variant: str, protos: dict, metadata: dict[str, str] | None = None
+) -> dict[str, str]:
     """Save a variant's graphs (onnx ModelProtos with inline initializers) into `folder`.
 
     Initializers of INLINE_BYTES or more go to the variant's one weights file, each distinct
     content once (the tied embedding and output projection, shared by encoder and decoder,
-    are stored once). Returns {graph: file name}, the weights file under "weights".
+    are stored once). `metadata` goes into each graph's metadata_props (core.format.
+    graph_metadata: the sizes the runtime checks config.json against). Returns {graph: file
+    name}, the weights file under "weights".
     """
     import onnx
     from onnx.external_data_helper import set_external_data
@@ -44,6 +48,7 @@ def write_graphs(folder: Path, variant: str, protos: dict) -> dict[str, str]:
                 offset, length = offsets[key]
                 set_external_data(t, weights, offset, length)
                 t.ClearField("raw_data")
+            onnx.helper.set_model_props(proto, dict(metadata or {}))
             onnx.save_model(proto, folder / graph_file(graph, variant))
             files[graph] = graph_file(graph, variant)
     return {**files, "weights": weights}

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from .session import check_threads
+
 T = TypeVar("T")
 _END = object()
 
@@ -43,8 +45,7 @@ class WorkerPool:
     Translator.batch_pool's sub-batches)."""
 
     def __init__(self, workers: int = 1, name: str = "async_workers"):
-        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-            raise ValueError(f"{name}={workers!r} must be a positive integer")
+        check_threads(workers, name)
         self.workers, self._lock = workers, threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 

@@ -23,6 +23,7 @@ from ..core.progress import Progress
 from .aio import WorkerPool
 
 BATCH_TYPES = ("examples", "tokens")
+MAX_BATCH = 1 << 20  # max_batch_size (examples or tokens) and read_ahead
 READ_AHEAD = 16  # buffer = max_batch_size * READ_AHEAD examples (or tokens), sorted by length
 
 
@@ -41,6 +42,8 @@ class Batching:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
+            if value > MAX_BATCH:
+                raise ValueError(f"{name}={value} must be <= {MAX_BATCH}")
 
     def cost(self, n_rows: int, longest: int) -> int:
         """What a sub-batch of n_rows sources, the longest `longest` tokens, counts against

@@ -16,15 +16,15 @@ import warnings
 
 import numpy as np
 import onnxruntime as ort
-from tokenizers import Tokenizer
 
 from ..core.decoding import GenerationOptions, fit_new_tokens
-from ..core.format import TOKENIZER_FILE, graph_names
+from ..core.format import METADATA_PREFIX, TOKENIZER_FILE, graph_metadata, graph_names
 from ..core.schema import PackageError
 from ..core.variants import pick_variant
 from .package import Package, load_package
 from .session import PROVIDERS, SessionSettings
 from .steppers import Graph
+from .tokenizer import check_probe, load_tokenizer
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
 
@@ -82,6 +82,47 @@ def cpu_only(provider: str) -> str:
     return "cpu"
 
 
+def check_graph_sizes(pkg: Package, graphs: dict[str, Graph]) -> None:
+    """config.json's sizes against the graphs, before anything runs: the sizes each graph
+    records in its metadata (exports since 2026-11-25) and the fixed dims of its inputs and
+    outputs (every package). PackageError naming the size and both values."""
+    m, where = pkg.config.model, f"model package {pkg.path}"
+    H, G, D, V = m.n_heads, m.kv_heads, m.head_dim, m.vocab_size
+    want = graph_metadata(m)
+    for name, graph in graphs.items():
+        stored = graph.session.get_modelmeta().custom_metadata_map
+        for key, value in want.items():
+            if key in stored and stored[key] != value:
+                field = key[len(METADATA_PREFIX) :]
+                raise PackageError(
+                    f"{where}: config.json's model.{field} is {value} but the {name} graph was "
+                    f"built for {stored[key]}"
+                )
+        ios = [*graph.session.get_inputs(), *graph.session.get_outputs()]
+        for io in ios:
+            expected = _fixed_dims(io.name, H, G, D, V)
+            for axis, size in expected.items():
+                got = io.shape[axis] if axis < len(io.shape) else None
+                if isinstance(got, int) and got != size:
+                    raise PackageError(
+                        f"{where}: config.json's sizes disagree with the {name} graph: "
+                        f"{io.name} has shape {io.shape}, the config gives {size} at axis {axis}"
+                    )
+
+
+def _fixed_dims(name: str, H: int, G: int, D: int, V: int) -> dict[int, int]:
+    """{axis: size} that an input or output of this name must have (format.io_names)."""
+    if name in ("logits",):
+        return {1: V}
+    if name.endswith((".last_key", ".last_value")):
+        return {2: H * D}
+    if ".encoder." in name:
+        return {1: H, 3: D}
+    if name.endswith((".key", ".value")):  # the self-attention cache
+        return {1: G, 3: D}
+    return {}
+
+
 class Model:
     """A loaded package: sessions for every graph of a variant, tokenizer, special ids."""
 
@@ -117,11 +158,16 @@ class Model:
         self.defaults = GenerationOptions(**self.default_settings)
         special = self.config.special_tokens
         self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
-        self.tokenizer = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
+        where, vocab = f"model package {pkg.path}", self.config.model.vocab_size
+        self.tokenizer = load_tokenizer(pkg.path / TOKENIZER_FILE, vocab, where)
         # the sources' own tokenizer (source_tokenizer.json: converted Marian models), or the same
         source = pkg.source_tokenizer
         own = source.name != TOKENIZER_FILE
-        self.source_tokenizer = Tokenizer.from_file(str(source)) if own else self.tokenizer
+        self.source_tokenizer = load_tokenizer(source, vocab, where) if own else self.tokenizer
+        tokenizers = {TOKENIZER_FILE: self.tokenizer, source.name: self.source_tokenizer}
+        for probe in pkg.probes():  # export's: each tokenizer encodes as it did then
+            if probe["file"] in tokenizers:
+                check_probe(tokenizers[probe["file"]], probe, where)
         names = self.config.graphs  # io_names of its format, checked by load_package
         self.graphs: dict[str, Graph] = {}
         for graph in graph_names(family):
@@ -145,6 +191,7 @@ class Model:
                     f"the package contract (inputs {inputs}, outputs {outputs})"
                 )
             self.graphs[graph] = Graph(sess)
+        check_graph_sizes(pkg, self.graphs)
         # what the sessions run on: "cpu", or the providers asked for (onnxruntime's names)
         self.provider = (
             provider

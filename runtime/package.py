@@ -61,11 +61,14 @@ class Package:
         if GENERATION_CONFIG_FILE not in self.config.files:
             return {}
         where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
-        try:
-            data = json.loads((self.path / GENERATION_CONFIG_FILE).read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PackageError(f"{where} is not valid JSON ({e})") from None
+        data = read_json(self.path / GENERATION_CONFIG_FILE, where)
         return generation_settings(data, self.config, where)
+
+    def probes(self) -> list[dict]:
+        """Export's tokenizer probes (golden.json; [] for packages exported before them)."""
+        if GOLDEN_FILE not in self.config.files:
+            return []
+        return self.golden().probes
 
     def golden(self) -> Golden:
         """The exporter's PyTorch reference run (packages exported before it have none)."""
@@ -74,8 +77,20 @@ class Package:
                 f"model package {self.path} has no {GOLDEN_FILE} (exported by an older "
                 "edgeformer): re-export it to verify it"
             )
-        data = json.loads((self.path / GOLDEN_FILE).read_text())
-        return Golden.from_json(data, self.config.model.vocab_size, f"{self.path / GOLDEN_FILE}")
+        where = f"model package {self.path}: {GOLDEN_FILE}"
+        data = read_json(self.path / GOLDEN_FILE, where)
+        return Golden.from_json(data, self.config.model.vocab_size, where)
+
+
+def read_json(path: Path, where: str) -> object:
+    """A package's JSON file; PackageError for invalid JSON, bad UTF-8 or nesting so deep that
+    Python's parser gives up (a hostile file must not end in a RecursionError)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PackageError(f"{where} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise PackageError(f"{where} is nested too deeply to be a package file") from None
 
 
 def _inside(path: Path, name: object) -> Path:
@@ -105,10 +120,7 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     cfg_path = path / CONFIG_FILE
     if not cfg_path.is_file():
         raise PackageError(f"model package {path} has no {CONFIG_FILE}")
-    try:
-        data = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PackageError(f"model package {path}: {CONFIG_FILE} is not valid JSON ({e})") from None
+    data = read_json(cfg_path, f"model package {path}: {CONFIG_FILE}")
     config = PackageConfig.from_json(data, f"model package {path}: {CONFIG_FILE}")
     listed = config.files
     referenced = [f for v in config.variants.values() for f in (*v.files.values(), v.weights)]
@@ -124,4 +136,31 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
             raise PackageError(
                 f"model package {path}: checksum mismatch for {name} (file changed or corrupt)"
             )
+    for graph in {f for v in config.variants.values() for f in v.files.values()}:
+        for data in external_files(path / graph):  # what onnxruntime would open besides
+            if data not in listed:
+                raise PackageError(
+                    f"model package {path}: {graph} reads the weights file {data!r}, which is "
+                    "not in the checksum list"
+                )
     return Package(path, config)
+
+
+EXTERNAL_LOCATION = b"\x0a\x08location\x12"  # StringStringEntryProto {key: "location", value:
+
+
+def external_files(graph: Path) -> set[str]:
+    """The external-data files an ONNX graph references (TensorProto.external_data entries
+    with key "location"), found in its protobuf bytes without the onnx package."""
+    data, found, start = graph.read_bytes(), set(), 0
+    while (at := data.find(EXTERNAL_LOCATION, start)) >= 0:
+        i, length, shift = at + len(EXTERNAL_LOCATION), 0, 0
+        while i < len(data):  # the value's length, a varint
+            length |= (data[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not data[i - 1] & 0x80:
+                break
+        found.add(data[i : i + length].decode("utf-8", "replace"))
+        start = i + length
+    return found

@@ -32,9 +32,7 @@ def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOp
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.inter_op_num_threads = 1
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"threads={threads} must be >= 1")
-        so.intra_op_num_threads = threads
+        so.intra_op_num_threads = check_threads(threads)
     spin = bool(spinning)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     # the graphs write residual Add + LayerNormalization unfused on purpose (export.builder
@@ -47,6 +45,21 @@ def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOp
 Providers = Sequence[str | tuple[str, dict]]
 
 
+def max_threads() -> int:
+    """The most threads a pool may ask for: 4 per core, at least 64 (thousands of threads
+    crashed onnxruntime: --threads 100000 ended in a segfault)."""
+    return max(64, 4 * (os.cpu_count() or 1))
+
+
+def check_threads(value: object, name: str = "threads") -> int:
+    """A thread count in [1, max_threads()], else a ValueError that says the limit."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be an integer")
+    if not 1 <= value <= max_threads():
+        raise ValueError(f"{name}={value} must be in [1, {max_threads()}] on this machine")
+    return value
+
+
 @dataclass(frozen=True)
 class SessionSettings:
     """How a package's sessions are made (Translator / Generator keyword arguments)."""
@@ -57,6 +70,8 @@ class SessionSettings:
     providers: Providers | None = None  # onnxruntime providers; None: the CPU provider
 
     def __post_init__(self) -> None:
+        if self.threads is not None:
+            check_threads(self.threads)
         if self.options is not None and (self.threads is not None or self.spinning is not None):
             raise ValueError(
                 "session_options given together with threads / spinning: set intra-op threads "

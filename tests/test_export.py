@@ -400,7 +400,7 @@ def test_failure_leaves_nothing(monkeypatch, ed_checkpoint, tmp_path):
 
     real = exporter.write_graphs
 
-    def boom(folder, variant, protos):
+    def boom(folder, variant, protos, metadata=None):
         if variant == "int8":
             raise RuntimeError("writer exploded")
         return real(folder, variant, protos)

@@ -764,8 +764,8 @@ def _escape(location):
         ("delete tokenizer", "missing tokenizer.json"),
         ("unlist tokenizer", "'tokenizer.json' is not in the checksum list"),
         ("truncate graph", "checksum mismatch for decoder.onnx"),
-        ("graph data escapes with ..", "onnxruntime cannot load the fp32 decoder graph"),
-        ("graph data absolute", "onnxruntime cannot load the fp32 decoder graph"),
+        ("graph data escapes with ..", "decoder.onnx reads the weights file '../weights.data'"),
+        ("graph data absolute", "decoder.onnx reads the weights file '/"),
         ("graph not onnx", "onnxruntime cannot load the fp32 decoder graph"),
     ],
 )

@@ -1,0 +1,66 @@
+"""A package's tokenizers, loaded and checked before anything is decoded.
+
+tokenizer.json is the `tokenizers` library's file: its checksum proves it is the file export
+wrote, not that it is sane. At load: it must parse (a bad regex or a normalizer nested
+thousands deep is a PackageError, not a Rust panic or a RecursionError), its token ids must lie
+inside the graphs' vocabulary, and it must encode export's probe text to the same ids (a
+vocabulary permuted and re-checksummed would otherwise decode to garbage without an error).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from ..core.schema import PackageError
+
+PROBE_TOKENS = 48  # vocabulary entries that make up a probe text
+
+
+def is_panic(e: BaseException) -> bool:
+    """A Rust panic from the tokenizers library (pyo3's PanicException derives BaseException)."""
+    return type(e).__name__ == "PanicException"
+
+
+def load_tokenizer(path: Path, vocab_size: int, where: str) -> Tokenizer:
+    """The tokenizer at `path`, every id of it < vocab_size; PackageError naming the problem."""
+    try:
+        tok = Tokenizer.from_file(str(path))
+        ids = tok.get_vocab(with_added_tokens=True).values()
+    except Exception as e:
+        raise PackageError(f"{where}: {path.name} cannot be read ({str(e)[:200]})") from None
+    except BaseException as e:
+        if not is_panic(e):
+            raise
+        raise PackageError(f"{where}: {path.name} cannot be read ({str(e)[:200]})") from None
+    top = max(ids, default=-1)
+    if top >= vocab_size:
+        raise PackageError(
+            f"{where}: {path.name} has token id {top}, beyond the model's vocabulary of "
+            f"{vocab_size}"
+        )
+    return tok
+
+
+def make_probe(tok: Tokenizer, file: str) -> dict:
+    """A text made of tokens spread over the vocabulary, and the ids `tok` encodes it to."""
+    vocab = sorted(tok.get_vocab(with_added_tokens=False).items(), key=lambda kv: kv[1])
+    picked = [i for _, i in vocab[:: max(1, len(vocab) // PROBE_TOKENS)]]
+    text = tok.decode(picked, skip_special_tokens=True)
+    return {"file": file, "text": text, "ids": tok.encode(text, add_special_tokens=False).ids}
+
+
+def check_probe(tok: Tokenizer, probe: dict, where: str) -> None:
+    """`tok` encodes the probe as it did at export, or a PackageError."""
+    try:
+        ids = tok.encode(probe["text"], add_special_tokens=False).ids
+    except BaseException as e:
+        if not (isinstance(e, Exception) or is_panic(e)):
+            raise
+        raise PackageError(f"{where}: {probe['file']} fails on its probe text ({e})") from None
+    if ids != probe["ids"]:
+        raise PackageError(
+            f"{where}: {probe['file']} does not encode as it did at export (its vocabulary or "
+            "rules were edited): re-export the package, or restore the file"
+        )

@@ -1,0 +1,229 @@
+"""Packages and requests built to hurt: every case is a clear error naming the problem.
+
+Hostile tokenizer.json files whose checksum was updated to match, config.json sizes that
+disagree with the graphs, JSON nested thousands deep, weights files a graph reads without the
+checksum list knowing, and requests with no upper bound (beams, penalties, threads).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import hypothesis
+import hypothesis.strategies as st
+import pytest
+
+from edgeformer.core.decoding import MAX_BEAMS, GenerationOptions
+from edgeformer.core.files import sha256
+from edgeformer.runtime import Generator, PackageError, Translator
+from edgeformer.runtime.cli import main
+from edgeformer.runtime.session import max_threads
+
+pytest.importorskip("torch")
+
+
+def copy_package(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def rewrite(pkg, name: str, text: str) -> None:
+    """Replace a package file and update its checksum: a file the checksum list vouches for."""
+    (pkg / name).write_text(text)
+    config = json.loads((pkg / "config.json").read_text())
+    config["files"][name] = sha256(pkg / name)
+    (pkg / "config.json").write_text(json.dumps(config))
+
+
+def nested(depth: int, leaf: str) -> str:
+    """JSON text of an object nested `depth` deep (too deep for Python's json.dumps)."""
+    return '{"a": ' * depth + leaf + "}" * depth
+
+
+# ---------------------------------------------------------------- tokenizer.json
+
+
+def edited_tokenizer(ed_package, tmp_path, edit) -> object:
+    pkg = copy_package(ed_package, tmp_path / "pkg")
+    tok = json.loads((pkg / "tokenizer.json").read_text())
+    text = edit(tok)
+    rewrite(pkg, "tokenizer.json", text if isinstance(text, str) else json.dumps(tok))
+    return pkg
+
+
+def bad_regex(tok):
+    tok["pre_tokenizer"] = {
+        "type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated", "invert": False
+    }  # fmt: skip
+
+
+def deep_normalizer(tok):
+    text = json.dumps(tok)
+    deep = '{"type": "NFKC"}'
+    for _ in range(5000):
+        deep = '{"type": "Sequence", "normalizers": [' + deep + "]}"
+    return text.replace('"normalizer": null', f'"normalizer": {deep}')
+
+
+def id_beyond_vocab(tok):
+    tok["model"]["vocab"]["zzz"] = 10**6
+
+
+def permuted(tok):
+    vocab = tok["model"]["vocab"]
+    names = [t for t in vocab if vocab[t] > 10][:20]
+    ids = [vocab[t] for t in names]
+    for t, i in zip(names, ids[1:] + ids[:1]):  # a rotation of 20 entries
+        vocab[t] = i
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (bad_regex, "tokenizer.json cannot be read"),
+        (deep_normalizer, "tokenizer.json cannot be read"),
+        (id_beyond_vocab, "has token id 1000000, beyond the model's vocabulary"),
+        (permuted, "tokenizer.json does not encode as it did at export"),
+    ],
+)
+def test_hostile_tokenizers_are_package_errors(edit, message, ed_package, tmp_path, capsys):
+    pkg = edited_tokenizer(ed_package, tmp_path, edit)
+    with pytest.raises(PackageError, match=message):
+        Translator(pkg)
+    assert main(["translate", str(pkg), "two dogs ."]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert message in line
+
+
+def test_a_tokenizer_panic_is_a_package_error(ed_package, monkeypatch):
+    """pyo3's PanicException derives from BaseException: it must not escape as a traceback."""
+    from edgeformer.runtime import tokenizer
+
+    class PanicException(BaseException):
+        pass
+
+    def panic(path):
+        raise PanicException("regex compile failed")
+
+    monkeypatch.setattr(tokenizer.Tokenizer, "from_file", staticmethod(panic))
+    with pytest.raises(PackageError, match="tokenizer.json cannot be read.*regex compile failed"):
+        Translator(ed_package)
+
+
+# ---------------------------------------------------------------- config.json against the graphs
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("max_position_embeddings", 128, "max_position_embeddings is 128 but the decoder graph"),
+        ("num_attention_heads", 2, "num_attention_heads is 2 but the"),
+        ("hidden_size", 64, "hidden_size is 64 but the"),
+        ("vocab_size", 4000, "vocab_size is 4000 but the"),
+    ],
+)
+def test_config_sizes_are_checked_against_the_graphs(key, value, message, lm_package, tmp_path):
+    pkg = copy_package(lm_package, tmp_path / "pkg")
+    config = json.loads((pkg / "config.json").read_text())
+    config["model"][key] = value
+    (pkg / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PackageError, match=message):
+        Generator(pkg)
+
+
+def test_graphs_without_size_metadata_are_checked_by_their_shapes(ed_package, tmp_path):
+    """Packages exported before the graphs carried their sizes: the IO shapes still tell."""
+    onnx = pytest.importorskip("onnx")
+    pkg = copy_package(ed_package, tmp_path / "pkg")
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        proto = onnx.load(str(pkg / graph), load_external_data=False)
+        del proto.metadata_props[:]
+        onnx.save_model(proto, str(pkg / graph))
+        config = json.loads((pkg / "config.json").read_text())
+        config["files"][graph] = sha256(pkg / graph)
+        (pkg / "config.json").write_text(json.dumps(config))
+    Translator(pkg)  # still loads
+    config = json.loads((pkg / "config.json").read_text())
+    config["model"]["num_attention_heads"] = 2
+    (pkg / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PackageError, match="disagree with the encoder graph: present.0.encoder"):
+        Translator(pkg)
+
+
+# ---------------------------------------------------------------- nesting and external data
+
+
+@pytest.mark.parametrize("name", ["config.json", "golden.json", "generation_config.json"])
+def test_deeply_nested_json_is_a_package_error(name, ed_package, tmp_path):
+    pkg = copy_package(ed_package, tmp_path / "pkg")
+    text = nested(100_000, "1")
+    if name == "config.json":
+        (pkg / name).write_text(text)
+    else:
+        rewrite(pkg, name, text)
+    with pytest.raises(PackageError, match="nested too deeply"):
+        Translator(pkg).model.package.golden()
+
+
+def test_a_graph_may_read_only_listed_weights(ed_package, tmp_path):
+    """An .onnx (checksummed) that points one tensor at a file the list does not have: that
+    file would change the outputs unchecked."""
+    onnx = pytest.importorskip("onnx")
+    pkg = copy_package(ed_package, tmp_path / "pkg")
+    proto = onnx.load(str(pkg / "decoder.onnx"), load_external_data=False)
+    tensor = next(t for t in proto.graph.initializer if t.external_data)
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            entry.value = "extra.data"
+    shutil.copyfile(pkg / "weights.data", pkg / "extra.data")
+    onnx.save_model(proto, str(pkg / "decoder.onnx"))
+    config = json.loads((pkg / "config.json").read_text())
+    config["files"]["decoder.onnx"] = sha256(pkg / "decoder.onnx")
+    (pkg / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PackageError, match="decoder.onnx reads the weights file 'extra.data'"):
+        Translator(pkg)
+
+
+# ---------------------------------------------------------------- upper bounds
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(num_beams=10**6), f"num_beams=1000000 must be <= {MAX_BEAMS}"),
+        (dict(num_hypotheses=10**6, sampling=True), f"must be <= {MAX_BEAMS}"),
+        (dict(length_penalty=1e308), "length_penalty=1e+308 must be in [-10.0, 10.0]"),
+        (dict(length_penalty=-1e308), "must be in [-10.0, 10.0]"),
+    ],
+)
+def test_options_have_upper_bounds(options, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("+", r"\+")):
+        GenerationOptions(**options)
+
+
+def test_threads_and_batches_have_upper_bounds(ed_package, capsys):
+    limit = max_threads()
+    with pytest.raises(ValueError, match=rf"threads=100000 must be in \[1, {limit}\]"):
+        Translator(ed_package, threads=100_000)
+    with pytest.raises(ValueError, match="inter_threads=1000000 must be in"):
+        Translator(ed_package, inter_threads=10**6)
+    with pytest.raises(ValueError, match="max_batch_size=1000000000 must be <= "):
+        list(Translator(ed_package).translate_iterable(["a"], max_batch_size=10**9))
+    for args in (["--threads", "100000"], ["--n-best", "0"], ["--batch-size", "0"],
+                 ["--beam", "1000000"], ["--inter-threads", "0"]):  # fmt: skip
+        assert main(["translate", str(ed_package), "two dogs .", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("edgeformer translate: error: ") and len(err.splitlines()) == 1
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(st.integers(-(10**12), 10**12), st.floats(allow_nan=True, allow_infinity=True))
+def test_property_beams_and_penalties_are_bounded_or_refused(beams, penalty):
+    try:
+        opts = GenerationOptions(num_beams=beams, length_penalty=penalty, max_new_tokens=4)
+    except ValueError as e:
+        assert str(e).startswith("invalid generation option: ")
+        return
+    assert 1 <= opts.num_beams <= MAX_BEAMS and abs(opts.length_penalty) <= 10
+    assert (2**20) ** opts.length_penalty < float("inf")  # the score normalisation is finite
