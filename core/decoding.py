@@ -85,6 +85,11 @@ class GenerationOptions:
         hf="repetition_penalty",
     )  # fmt: skip
     ignore_eos: bool = doc(False, "always generate max_new_tokens tokens (benchmarks)")
+    forced_end_token: int | None = doc(
+        None, "the token chosen at the last position max_new_tokens allows, so that an output "
+        "cut by the limit still ends as the model's do (Hugging Face's forced_eos_token_id)",
+        metavar="ID", hf="forced_eos_token_id",
+    )  # fmt: skip
     # constraints (CTranslate2's names); the text API resolves texts / token strings to ids
     no_repeat_ngram_size: int = doc(
         0, "never repeat an n-gram of N tokens (0: off)", metavar="N", hf="no_repeat_ngram_size"
@@ -133,6 +138,9 @@ class GenerationOptions:
             value = getattr(self, name)
             if not _is_int(value):
                 bad(f"{name}={value!r} must be an integer (got {type(value).__name__})")
+        forced = self.forced_end_token
+        if forced is not None and not (_is_int(forced) and forced >= 0):
+            bad(f"forced_end_token={forced!r} must be a token id >= 0 or None")
         if self.seed is not None and not _is_int(self.seed):
             bad(f"seed={self.seed!r} must be an integer or None (got {type(self.seed).__name__})")
         for name in ("temperature", "top_p", "length_penalty", "repetition_penalty"):
@@ -353,8 +361,13 @@ class _Penalties:
             self.seen = np.zeros((n, vocab), dtype=bool)
             for i, toks in enumerate(context or []):
                 self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
+        self.forced = opts.forced_end_token
+        if self.forced is not None and not 0 <= self.forced < vocab:
+            raise ValueError(f"forced_end_token {self.forced} >= vocabulary {vocab}")
         # nothing but (maybe) the end tokens to ban: the common case, checked once here
-        self.plain = self.seen is None and not self.banned and self.history is None
+        self.plain = (
+            self.seen is None and not self.banned and self.history is None and self.forced is None
+        )
 
     def apply(
         self, logits: np.ndarray, n_generated: np.ndarray | int, in_place: bool = False
@@ -390,6 +403,12 @@ class _Penalties:
                 bans = self.history_bans(h)
                 if bans:
                     logits[i, bans] = -np.inf
+        if self.forced is not None:  # the last position max_new_tokens allows: forced
+            last = np.broadcast_to(np.asarray(n_generated) >= _new_tokens(self.opts) - 1,
+                                   (len(logits),))  # fmt: skip
+            if last.any():
+                logits[last] = -np.inf
+                logits[last, self.forced] = 0.0
         return logits
 
     def history_bans(self, h: list[int]) -> list[int]:

@@ -26,10 +26,47 @@ def default_generation_config(config: PackageConfig) -> dict:
     return ids | {"do_sample": False, "num_beams": 1}
 
 
+# fields that need no setting: bookkeeping, and the special ids (config.json's special_tokens
+# are the ones decoding uses; export writes both from the same model)
+UNDERSTOOD = {
+    "_from_model_config", "transformers_version", "bos_token_id", "pad_token_id",
+    "decoder_start_token_id", "eos_token_id", "max_length",
+}  # fmt: skip
+
+
+# fields that change no token: what generate returns besides them, and its cache switch
+NO_EFFECT = {
+    "output_attentions", "output_hidden_states", "output_scores", "output_logits",
+    "return_dict_in_generate", "use_cache",
+}  # fmt: skip
+# Hugging Face's values that leave decoding as it is (a file may spell them out)
+NEUTRAL = {
+    "num_beam_groups": 1, "diversity_penalty": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0, "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0,
+    "remove_invalid_values": False, "min_length": 0,
+}  # fmt: skip
+
+
+def ignored_fields(data: object, config: PackageConfig) -> list[str]:
+    """generation_config.json's fields the runtime does not apply (named at load and by
+    `edgeformer info`, never dropped silently)."""
+    if not isinstance(data, dict):
+        return []
+    known = set(GENERATION_FIELDS) | UNDERSTOOD | NO_EFFECT
+    out = sorted(
+        k for k, v in data.items()
+        if k not in known and v is not None and not (k in NEUTRAL and v == NEUTRAL[k])
+    )  # fmt: skip
+    if config.family == "decoder-only" and data.get("max_length") is not None:
+        out.append("max_length (counts the prompt: use max_new_tokens)")
+    return out
+
+
 def generation_settings(data: object, config: PackageConfig, where: str) -> dict:
     """generation_config.json -> {GenerationOptions field: value} for the fields it sets (see
-    GENERATION_FIELDS; eos_token_id lists add end tokens; other fields are ignored), checked:
-    settings GenerationOptions refuses are a PackageError naming `where`."""
+    GENERATION_FIELDS; eos_token_id lists add end tokens; an encoder-decoder's max_length is
+    max_new_tokens + 1, the decoder start; ignored_fields names the rest), checked: settings
+    GenerationOptions refuses are a PackageError naming `where`."""
     data = _obj(where, "the top level", data)
     out: dict = {}
     for hf, ours in GENERATION_FIELDS.items():
@@ -44,6 +81,14 @@ def generation_settings(data: object, config: PackageConfig, where: str) -> dict
     eos = data.get("eos_token_id")
     if isinstance(eos, list):  # several end tokens: those besides the model's EOS
         out["end_token"] = [i for i in eos if i != config.special_tokens.eos_id]
+    forced = out.get("forced_end_token")
+    if isinstance(forced, list) and len(forced) == 1:  # transformers allows a list of one
+        out["forced_end_token"] = forced[0]
+    length = data.get("max_length")
+    if config.family == "encoder-decoder" and "max_new_tokens" not in out and length is not None:
+        if not isinstance(length, int) or isinstance(length, bool) or length < 2:
+            raise PackageError(f"{where}: max_length must be an integer >= 2, got {length!r}")
+        out["max_new_tokens"] = length - 1  # transformers counts the decoder start token
     try:
         GenerationOptions(**out)
     except (TypeError, ValueError) as e:

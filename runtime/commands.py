@@ -432,6 +432,9 @@ def package_info(path: str) -> str:
     settings = pkg.generation_settings()
     shown = ", ".join(f"{k} {v}" for k, v in settings.items()) or "none (greedy search)"
     lines.append(f"decoding     generation_config.json defaults: {shown}")
+    ignored = pkg.ignored_generation_fields()
+    if ignored:
+        lines.append(f"             not applied by edgeformer: {', '.join(ignored)}")
     if GENAI_CONFIG_FILE in c.files:
         lines.append(f"genai        {GENAI_CONFIG_FILE}: onnxruntime-genai can run decoder.onnx")
     lines.append("graphs")

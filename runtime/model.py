@@ -18,7 +18,13 @@ import numpy as np
 import onnxruntime as ort
 
 from ..core.decoding import GenerationOptions, fit_new_tokens
-from ..core.format import METADATA_PREFIX, TOKENIZER_FILE, graph_metadata, graph_names
+from ..core.format import (
+    GENERATION_CONFIG_FILE,
+    METADATA_PREFIX,
+    TOKENIZER_FILE,
+    graph_metadata,
+    graph_names,
+)
 from ..core.schema import PackageError
 from ..core.variants import pick_variant
 from .package import Package, load_package
@@ -156,6 +162,13 @@ class Model:
         # generation_config.json: the package's default decoding settings (fields it sets)
         self.default_settings = pkg.generation_settings()  # checked there
         self.defaults = GenerationOptions(**self.default_settings)
+        ignored = pkg.ignored_generation_fields()
+        if ignored:
+            warnings.warn(
+                f"{GENERATION_CONFIG_FILE} of {pkg.path.name}: edgeformer does not apply "
+                f"{', '.join(ignored)}",
+                stacklevel=3,
+            )
         special = self.config.special_tokens
         self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
         where, vocab = f"model package {pkg.path}", self.config.model.vocab_size
@@ -230,6 +243,9 @@ class Model:
             if i is None or not 0 <= i < vocab:
                 raise ValueError(f"end_token {tok!r} is not a token of the vocabulary")
             ends.append(int(i))
+        forced = opts.forced_end_token
+        if forced is not None and forced >= vocab:
+            raise ValueError(f"forced_end_token {forced} is not a token of the vocabulary")
         if seqs == list(opts.suppress_sequences) and ends == list(opts.end_token):
             return opts
         return dataclasses.replace(opts, suppress_sequences=seqs, end_token=ends)

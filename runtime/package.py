@@ -20,7 +20,7 @@ from ..core.format import (
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
 )
-from ..core.generation_config import generation_settings
+from ..core.generation_config import generation_settings, ignored_fields
 from ..core.schema import Golden, PackageConfig, PackageError, VariantEntry
 
 __all__ = ["Package", "PackageError", "load_package"]
@@ -63,6 +63,13 @@ class Package:
         where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
         data = read_json(self.path / GENERATION_CONFIG_FILE, where)
         return generation_settings(data, self.config, where)
+
+    def ignored_generation_fields(self) -> list[str]:
+        """generation_config.json's fields the runtime does not apply ([] without one)."""
+        if GENERATION_CONFIG_FILE not in self.config.files:
+            return []
+        where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
+        return ignored_fields(read_json(self.path / GENERATION_CONFIG_FILE, where), self.config)
 
     def probes(self) -> list[dict]:
         """Export's tokenizer probes (golden.json; [] for packages exported before them)."""

@@ -182,3 +182,44 @@ def test_banned_rows_are_told_from_bad_logits():
 def test_invalid_options(kw):
     with pytest.raises(ValueError, match="invalid generation option"):
         GenerationOptions(**kw)
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_forced_end_token_ends_an_output_cut_by_the_limit(beams):
+    """forced_end_token (HF's forced_eos_token_id): the last position max_new_tokens allows
+    holds it, so a capped output still ends as the model's do; an output that ended earlier
+    is untouched."""
+    m = Markov(6)
+    m.table[:, EOS] = -100.0  # never ends by itself
+    opts = GenerationOptions(max_new_tokens=5, num_beams=beams)
+    plain = generate(m.first(), Markov(6), opts, IN) if beams == 1 else None
+    m2 = Markov(6)
+    m2.table[:, EOS] = -100.0
+    forced = GenerationOptions(max_new_tokens=5, num_beams=beams, forced_end_token=4)
+
+    def runner(first, m, opts, inputs):
+        if opts.num_beams == 1:
+            return generate(first, m, opts, inputs)
+        return [rows[0].tokens for rows in beam_search(first, m, opts, inputs)]
+
+    out = runner(m2.first(), m2, forced, IN)[0]
+    assert len(out) == 5 and out[-1] == 4
+    if plain is not None:
+        m3 = Markov(6)
+        m3.table[:, EOS] = -100.0
+        assert generate(m3.first(), m3, opts, IN)[0][:4] == out[:4]
+    # forced to EOS: the output ends there (EOS is not part of it)
+    m4 = Markov(6)
+    m4.table[:, EOS] = -100.0
+    ended = runner(m4.first(), m4, GenerationOptions(5, num_beams=beams, forced_end_token=EOS), IN)
+    assert len(ended[0]) == 4
+    # an output that ends before the limit does not change
+    m5 = Markov(0)
+    m5.table[:, EOS] = 100.0
+    assert generate(m5.first(), m5, GenerationOptions(5, forced_end_token=4), IN) == [[]]
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "2", True])
+def test_forced_end_token_must_be_a_token_id(value):
+    with pytest.raises(ValueError, match="forced_end_token"):
+        GenerationOptions(forced_end_token=value)

@@ -502,6 +502,47 @@ def test_marian_generation_equals_hugging_face(marian, beams):
         assert len(int4) == 3 and all(0 <= t < len(tok) for row in int4 for t in row)
 
 
+@pytest.mark.parametrize("beams", [1, 4])
+def test_marian_equals_hugging_face_at_the_length_cap(marian, beams, tmp_path):
+    """OPUS-MT's generation_config.json (forced_eos_token_id, max_length, bad_words_ids): a
+    package carrying it translates, with no option given, as HF generate with the same file,
+    token for token also when outputs hit the length cap (the last one forced to </s>), and
+    names no field as ignored."""
+    from edgeformer.core.files import sha256
+    from edgeformer.runtime.api import Translator
+
+    hf, tok, _, _, pkg = marian
+    pad = hf.config.pad_token_id
+    settings = {
+        "bad_words_ids": [[pad]], "bos_token_id": 0, "decoder_start_token_id": pad,
+        "eos_token_id": 0, "forced_eos_token_id": 0, "max_length": 4, "num_beams": beams,
+        "pad_token_id": pad, "transformers_version": transformers.__version__,
+    }  # fmt: skip
+    copy = tmp_path / "opus"
+    shutil.copytree(pkg, copy)
+    (copy / "generation_config.json").write_text(json.dumps(settings))
+    config = json.loads((copy / "config.json").read_text())
+    config["files"]["generation_config.json"] = sha256(copy / "generation_config.json")
+    (copy / "config.json").write_text(json.dumps(config))
+    batch = tok(MARIAN_TEXTS, padding=True, return_tensors="pt")
+    gen = {k: v for k, v in settings.items() if k != "transformers_version"}
+    with torch.no_grad():
+        out = hf.generate(**batch, do_sample=False, early_stopping=True, **gen)
+    want = []
+    for row in out[:, 1:].tolist():
+        row = row[: row.index(0)] if 0 in row else row
+        want.append([t for t in row if t != pad])
+    assert any(len(row) == 2 for row in want)  # the cap is hit (max_length 4: 3 new, </s> last)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every field understood: no warning
+        translator = Translator(copy, threads=1)
+    sources = [translator.source_ids(t) for t in MARIAN_TEXTS]
+    assert translator.translate_ids(sources) == want
+    plain = Translator(pkg, threads=1)  # without forcing, a capped row differs in its last token
+    unforced = plain.translate_ids(sources, GenerationOptions(max_new_tokens=3, num_beams=beams))
+    assert unforced != want
+
+
 def test_marian_tokenizers_equal_sentencepiece(marian):
     """300 Multi30k sentences each side: our tokenizer.json ids == sentencepiece's pieces mapped
     through vocab.json (and == MarianTokenizer); decoding gives MarianTokenizer's text."""

@@ -200,3 +200,38 @@ def test_onnxruntime_genai_runs_the_lm_package(lm_package, lm_checkpoint):
     genai_ids = [int(i) for i in gen.get_sequence(0)][len(prompt) :]
     ours = Generator(lm_package).generate_ids([prompt], GenerationOptions(max_new_tokens=12))[0]
     assert genai_ids[: len(ours)] == ours and len(ours) > 0
+
+
+def test_generation_config_fields_not_applied_are_named(ed_package, tmp_path, capsys):
+    """forced_eos_token_id is honoured (a list of one too), an encoder-decoder's max_length is
+    max_new_tokens + 1 (the decoder start), and a field the runtime cannot apply is named at
+    load and by `edgeformer info`, never dropped silently."""
+    settings = {
+        "forced_eos_token_id": [5], "max_length": 4, "diversity_penalty": 0.5,
+        "num_beam_groups": 2, "pad_token_id": 0, "transformers_version": "5.24.0",
+    }  # fmt: skip
+    pkg = with_generation_config(ed_package, tmp_path / "p", settings)
+    with pytest.warns(UserWarning, match="does not apply diversity_penalty, num_beam_groups"):
+        t = Translator(pkg)
+    d = t.model.defaults
+    assert (d.forced_end_token, d.max_new_tokens) == (5, 3)
+    plain = Translator(ed_package)
+    want = plain.translate_ids([[7, 8, 9]], GenerationOptions(max_new_tokens=3, forced_end_token=5))
+    assert t.translate_ids([[7, 8, 9]]) == want
+    capped = plain.translate_ids([[7, 8, 9]], GenerationOptions(max_new_tokens=3, ignore_eos=True))
+    forced = plain.translate_ids(
+        [[7, 8, 9]], GenerationOptions(max_new_tokens=3, ignore_eos=True, forced_end_token=5)
+    )
+    assert forced[0][:2] == capped[0][:2] and forced[0][2] == 5
+    assert main(["info", str(pkg)]) == 0
+    out = capsys.readouterr().out
+    assert "not applied by edgeformer: diversity_penalty, num_beam_groups" in out
+    with pytest.raises(ValueError, match="forced_end_token 999 is not a token"):
+        plain.translate_ids([[7, 8]], GenerationOptions(forced_end_token=999))
+
+
+def test_a_decoder_only_max_length_is_named_not_applied(lm_package, tmp_path):
+    pkg = with_generation_config(lm_package, tmp_path / "p", {"max_length": 20})
+    with pytest.warns(UserWarning, match=r"max_length \(counts the prompt"):
+        g = Generator(pkg)
+    assert g.model.defaults.max_new_tokens is None
