@@ -15,7 +15,8 @@ A package is a folder (docs/package-format.md is the contract, with every key):
     genai_config.json           decoder-only: onnxruntime-genai's config for decoder.onnx
 
 Graph inputs/outputs (B batch, S source, T new tokens, M cache capacity, H heads, G key/value
-heads of the self-attention cache, D head dim, V vocabulary; ids, positions and masks int64,
+heads of the self-attention cache, D the graphs' attention head size (attention_head_size: the
+model's head dim, zero-padded to a multiple of 8), V vocabulary; ids, positions and masks int64,
 masks 1 = real token; float tensors float32):
 
   encoder      in  input_ids (B,S), attention_mask (B,S)                 (right-padded)
@@ -103,6 +104,20 @@ METADATA_PREFIX = "edgeformer."
 GRAPH_METADATA = (
     "vocab_size", "d_model", "n_heads", "n_kv_heads", "n_decoder_layers", "max_len"
 )  # fmt: skip
+
+
+# the head size of the graphs' attention and of their K/V tensors (the self-attention cache,
+# the cross K/V): the model's head dim zero-padded up to a multiple of ATTENTION_HEAD_MULTIPLE,
+# the sizes onnxruntime's GroupQueryAttention runs. Recorded in every graph's metadata under
+# this key (exports since 2026-11-27; older graphs: the model's head dim)
+ATTENTION_HEAD_SIZE_KEY = f"{METADATA_PREFIX}attention_head_size"
+ATTENTION_HEAD_MULTIPLE = 8
+
+
+def attention_head_size(head_dim: int) -> int:
+    """The head size export gives the graphs' attention for a model head dim: the next multiple
+    of 8 (onnxruntime's GroupQueryAttention CPU kernel takes no other), the padded dims zero."""
+    return -(-head_dim // ATTENTION_HEAD_MULTIPLE) * ATTENTION_HEAD_MULTIPLE
 
 
 def graph_metadata(model: ModelConfig) -> dict[str, str]:

@@ -14,6 +14,13 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
   `BiasGelu` (tanh approximation: `FastGelu`); SwiGLU is one packed gate/up projection, Split,
   and silu(gate) * up; an ungated SiLU (Marian's swish) is `QuickGelu` with alpha 1;
 - grouped-query attention: the cache buffers hold the G key/value heads (kv_num_heads);
+- a head dim that GroupQueryAttention cannot run (not a multiple of 8: core.format.
+  attention_head_size) is zero-padded to the next one: each head's rows of the Q/K/V
+  projections get zero rows (zero bias), so the padded dims of Q, K and V are 0, which adds
+  nothing to Q.K and gives 0 in the padded output dims; the fused op takes the padded size and
+  `scale` 1/sqrt(true head dim); the output projection gets zero input columns there; rotary
+  turns the true dims only (`rotary_embedding_dim`). The same numbers as unpadded, exactly;
+  the caches and cross K/V hold the padded heads (their last dims 0);
 - the decoder returns logits for the last position of each row only, (B, V), plus the logits
   bias when the model has one (the head's Gemm / MatMulNBits bias);
 - linear layers are MatMul (float), `MatMulNBits` (4/8-bit weights, bias fused) or
@@ -22,7 +29,7 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
   rows of the transposed head table, which onnxruntime folds into a constant at load).
 
 Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, G key/value heads,
-D head dim, V vocab.
+D head dim (padded: Dp), V vocab.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..core.format import LOGITS_3D, io_names
+from ..core.format import LOGITS_3D, attention_head_size, io_names
 from .gptq import Hessians, gptq_int4
 from .recipes import VariantSpec
 
@@ -43,6 +50,8 @@ IR_VERSION = 10  # onnxruntime 1.20+ reads it
 
 
 def _f32(t) -> np.ndarray:
+    if isinstance(t, np.ndarray):
+        return t.astype(np.float32)
     return t.detach().float().cpu().numpy().astype(np.float32)
 
 
@@ -177,11 +186,52 @@ class Builder:
         self.hessians = hessians or {}  # GPTQ's, per linear layer (export/gptq.py)
         c = self.cfg
         self.H, self.G, self.D, self.C = c.n_heads, c.kv_heads, c.head_dim, c.d_model
+        self.Dp = attention_head_size(self.D)  # the fused attention's head size (zero-padded)
         self.tied = c.tie_embeddings
         self.rms = c.norm_type == "rmsnorm"
         # the embedding scale (sqrt(C), or 1) folded into the table; a tied head divides it out
         self.scale = float(model.embed.scale)
         self.table = _f32(model.embed.weight) * np.float32(self.scale)
+
+    # -- padded heads ----------------------------------------------------------------------------
+    @property
+    def padded(self) -> bool:
+        return self.Dp != self.D
+
+    def heads_out(self, mod):
+        """A projection whose output rows are whole heads (Q, K, V, packed or not) with each
+        head's D rows zero-padded to Dp (its bias too): its padded dims are 0."""
+        if not self.padded:
+            return mod
+
+        def pad(a: np.ndarray) -> np.ndarray:  # (n D, ...) -> (n Dp, ...), zeros appended
+            heads = a.reshape(-1, self.D, *a.shape[1:])
+            out = np.zeros((len(heads), self.Dp, *a.shape[1:]), np.float32)
+            out[:, : self.D] = heads
+            return out.reshape(-1, *a.shape[1:])
+
+        bias = None if mod.bias is None else pad(_f32(mod.bias))
+        return SimpleNamespace(
+            weight=pad(_f32(mod.weight)), bias=bias, source=getattr(mod, "source", mod)
+        )
+
+    def heads_in(self, mod):
+        """The output projection over padded heads: zero input columns at each head's padded
+        dims (k_index: where its true inputs went, for its GPTQ Hessian)."""
+        if not self.padded:
+            return mod
+        w = _f32(mod.weight)  # (N, n D)
+        n = w.shape[1] // self.D
+        out = np.zeros((w.shape[0], n, self.Dp), np.float32)
+        out[:, :, : self.D] = w.reshape(w.shape[0], n, self.D)
+        k_index = (np.arange(n)[:, None] * self.Dp + np.arange(self.D)[None, :]).reshape(-1)
+        return SimpleNamespace(
+            weight=out.reshape(w.shape[0], -1), bias=mod.bias, source=mod, k_index=k_index
+        )
+
+    def attention_attrs(self) -> dict:
+        """GroupQueryAttention's scale: 1/sqrt(true head dim) when its heads are padded."""
+        return {"scale": float(self.D**-0.5)} if self.padded else {}
 
     # -- weights -------------------------------------------------------------------------------
     def _nbits(
@@ -245,6 +295,11 @@ class Builder:
             return self._dynamic(g, x, name, w, bias), None
         if bits:
             H = self.hessians.get(getattr(mod, "source", mod))
+            k_index = getattr(mod, "k_index", None)
+            if H is not None and k_index is not None:  # zero rows/columns for padded inputs
+                padded = np.zeros((w.shape[1], w.shape[1]), H.dtype)
+                padded[np.ix_(k_index, k_index)] = H
+                H = padded
             packed, scales = self._nbits(g, name, w, bits, H)
             ins = [x, packed, scales, "", "", bias if (bias and add_bias) else ""]
             y = g.op(
@@ -268,10 +323,13 @@ class Builder:
         data = g.weight(
             f"embed.q{bits}.rows", self.inits[f"embed.q{bits}"].reshape(len(self.table), -1)
         )
-        return g.op(
+        x = g.op(
             "GatherBlockQuantized", [data, ids, scales], domain=MS, gather_axis=0,
             quantize_axis=1, block_size=self.spec.block_size, bits=bits,
         )  # fmt: skip
+        if self.C % self.spec.block_size:  # whole blocks come back: C rounded up; keep C
+            x = g.op("Slice", [x, g.const([0]), g.const([self.C]), g.const([-1])])
+        return x
 
     def _int8_rows(self, g: Graph, ids: str) -> str:
         """Embedding rows from the tied head's int8 (C, V) values and per-token scales (one
@@ -388,10 +446,11 @@ class Builder:
         r = self.model.rotary
         return g.weight("rotary.cos", _f32(r.cos)), g.weight("rotary.sin", _f32(r.sin))
 
-    def rotate(self, g: Graph, tensors, position_ids: str) -> list[str]:
+    def rotate(self, g: Graph, tensors, position_ids: str, padded: bool = False) -> list[str]:
         """Rotary positions on (B, T, heads x D) tensors, given as (tensor, heads) pairs
-        ('rotate half' layout)."""
+        ('rotate half' layout); padded: heads of Dp dims, of which the first D turn."""
         cos, sin = self.rotary_caches(g)
+        dims = {"rotary_embedding_dim": self.D} if padded and self.padded else {}
         return [
             g.op(
                 "RotaryEmbedding",
@@ -399,6 +458,7 @@ class Builder:
                 domain=MS,
                 num_heads=heads,
                 interleaved=0,
+                **dims,
             )  # fmt: skip
             for t, heads in tensors
         ]
@@ -408,24 +468,26 @@ class Builder:
         seqlens_k, total = lengths
 
         rotary = self.cfg.positional == "rotary"
-        fused_rotary = rotary and self.D % 16 == 0  # GQA's own rotary needs head_dim % 16 == 0
+        # GQA's own rotary needs head_dim % 16 == 0 (then no padding: Dp == D)
+        fused_rotary = rotary and self.D % 16 == 0
+        Dp = self.Dp
 
         def f(h):
-            qkv, _ = self.linear(g, h, attn.qkv, f"{name}.qkv")
+            qkv, _ = self.linear(g, h, self.heads_out(attn.qkv), f"{name}.qkv")
             qkv = [qkv, "", ""]  # packed Q, K, V
             if rotary and not fused_rotary:
-                sizes = g.const([self.H * self.D, self.G * self.D, self.G * self.D])
+                sizes = g.const([self.H * Dp, self.G * Dp, self.G * Dp])
                 q, k, v = g.op("Split", [qkv[0], sizes], 3, axis=-1)
-                qkv = [*self.rotate(g, ((q, self.H), (k, self.G)), position_ids), v]
+                qkv = [*self.rotate(g, ((q, self.H), (k, self.G)), position_ids, padded=True), v]
             ins = [*qkv, cache[0], cache[1], seqlens_k, total]
             if fused_rotary:
                 ins += list(self.rotary_caches(g))
             y, pk, pv = g.op(
                 "GroupQueryAttention", ins, 3, MS, num_heads=self.H, kv_num_heads=self.G,
-                do_rotary=int(fused_rotary), rotary_interleaved=0,
+                do_rotary=int(fused_rotary), rotary_interleaved=0, **self.attention_attrs(),
             )  # fmt: skip
             self.presents += [pk, pv]
-            return self.linear(g, y, attn.out, f"{name}.out", add_bias=False)
+            return self.linear(g, y, self.heads_in(attn.out), f"{name}.out", add_bias=False)
 
         return f
 
@@ -442,14 +504,14 @@ class Builder:
         seqlens_k, total = lengths
 
         def f(h):
-            q, _ = self.linear(g, h, cross.q, f"{name}.q")
+            q, _ = self.linear(g, h, self.heads_out(cross.q), f"{name}.q")
             key, value, last_key, last_value = kv
             y, pk, pv = g.op(
                 "GroupQueryAttention", [q, last_key, last_value, key, value, seqlens_k, total],
-                3, MS, num_heads=self.H, kv_num_heads=self.H,
+                3, MS, num_heads=self.H, kv_num_heads=self.H, **self.attention_attrs(),
             )  # fmt: skip
             self.cross_presents += [pk, pv]
-            return self.linear(g, y, cross.out, f"{name}.out", add_bias=False)
+            return self.linear(g, y, self.heads_in(cross.out), f"{name}.out", add_bias=False)
 
         return f
 
@@ -480,7 +542,8 @@ class Builder:
 
     # -- graphs --------------------------------------------------------------------------------
     def encoder(self) -> Graph:
-        """input_ids, attention_mask (B, S) -> cross K/V of every decoder layer (B, H, S, D)."""
+        """input_ids, attention_mask (B, S) -> cross K/V of every decoder layer (B, H, S, Dp);
+        its own self-attention (MultiHeadAttention) runs any head dim: not padded."""
         from onnx import TensorProto as TP
 
         m, g = self.model, Graph("encoder", self.inits)
@@ -501,20 +564,20 @@ class Builder:
         pos = self.positions(g, position_ids)
         memory = self.residual_stack(g, x, pos, sublayers, norms, last=False)
         outs = io_names("encoder-decoder", self.cfg.n_decoder_layers)["encoder"]["outputs"]
-        B, S = "batch", "src_len"
+        B, S, Dp = "batch", "src_len", self.Dp
         # each row's last source position (B, 1): its K/V are the cross GQA's "new" K/V
         last = g.op("Sub", [g.op("ReduceSum", [mask, g.const([1])], keepdims=1), g.const(1)])
         for i, layer in enumerate(m.decoder):
-            kv, _ = self.linear(g, memory, layer.cross.kv, f"dec.{i}.cross.kv")
+            kv, _ = self.linear(g, memory, self.heads_out(layer.cross.kv), f"dec.{i}.cross.kv")
             k, v = g.op("Split", [kv], 2, axis=-1, num_outputs=2)
             key, value, last_key, last_value = outs[4 * i : 4 * i + 4]
             for t, out in ((k, key), (v, value)):
-                t = g.op("Reshape", [t, g.const([0, 0, self.H, self.D])])
+                t = g.op("Reshape", [t, g.const([0, 0, self.H, Dp])])
                 t = g.op("Transpose", [t], perm=[0, 2, 1, 3])
-                g.output(t, out, TP.FLOAT, [B, self.H, S, self.D])
+                g.output(t, out, TP.FLOAT, [B, self.H, S, Dp])
             for t, out in ((k, last_key), (v, last_value)):
-                t = g.op("GatherND", [t, last], batch_dims=1)  # (B, C)
-                g.output(g.op("Unsqueeze", [t, g.const([1])]), out, TP.FLOAT, [B, 1, self.C])
+                t = g.op("GatherND", [t, last], batch_dims=1)  # (B, H Dp)
+                g.output(g.op("Unsqueeze", [t, g.const([1])]), out, TP.FLOAT, [B, 1, self.H * Dp])
         return g
 
     def _encoder_attention(self, g: Graph, attn, name: str, mask32: str, position_ids: str):
@@ -557,7 +620,7 @@ class Builder:
         g = Graph("decoder", self.inits)
         names = io_names(cfg.family, cfg.n_decoder_layers)["decoder"]
         # an encoder-decoder step feeds one token per row (its cross-attention is a GQA step)
-        B, T, M = "batch", 1 if ed else "tgt_len", "max_cache_len"
+        B, T, M, Dp = "batch", 1 if ed else "tgt_len", "max_cache_len", self.Dp
         ids = g.input("input_ids", TP.INT64, [B, T])
         position_ids = g.input("position_ids", TP.INT64, [B, T])
         mask = g.input("attention_mask", TP.INT64, [B, "total_len"])
@@ -577,13 +640,14 @@ class Builder:
             else:
                 self_kv, cross_kv = [p for p in past if p.startswith(f"past_key_values.{i}.")], []
             for p in self_kv:
-                g.input(p, TP.FLOAT, [B, self.G, M, self.D])
+                g.input(p, TP.FLOAT, [B, self.G, M, Dp])
             sublayers.append(
                 self.self_attention(g, layer.attn, f"dec.{i}.attn", self_kv, lengths, position_ids)
             )
             if ed:
                 for p in cross_kv:  # K/V, then the last source token's (a new token's shape)
-                    shape = [B, 1, self.C] if ".last_" in p else [B, self.H, "src_len", self.D]
+                    last_kv = ".last_" in p
+                    shape = [B, 1, self.H * Dp] if last_kv else [B, self.H, "src_len", Dp]
                     g.input(p, TP.FLOAT, shape)
                 sublayers.append(self.cross_attention(g, layer.cross, f"dec.{i}.cross", cross_kv,
                                                       enc_lengths))  # fmt: skip
@@ -599,9 +663,9 @@ class Builder:
         presents = [n for n in names["outputs"] if n.startswith("present.")]
         cross_presents = [n for n in presents if ".encoder." in n]
         for value, out in zip(self.presents, presents[: len(self.presents)], strict=True):
-            g.output(value, out, TP.FLOAT, [B, self.G, M, self.D])
+            g.output(value, out, TP.FLOAT, [B, self.G, M, Dp])
         for value, out in zip(self.cross_presents, cross_presents, strict=True):
-            g.output(value, out, TP.FLOAT, [B, self.H, "src_len", self.D])
+            g.output(value, out, TP.FLOAT, [B, self.H, "src_len", Dp])
         if LOGITS_3D in names["outputs"]:  # the same logits (B, 1, V), for onnxruntime-genai
             logits_3d = g.op("Unsqueeze", ["logits", g.const([1])])  # output renamed above
             g.output(logits_3d, LOGITS_3D, TP.FLOAT, [B, 1, cfg.vocab_size])

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..core.data import TrainingData
 from ..core.files import atomic_folder, sha256
 from ..core.format import (
+    ATTENTION_HEAD_SIZE_KEY,
     CONFIG_FILE,
     GENAI_CONFIG_FILE,
     GENERATION_CONFIG_FILE,
@@ -27,6 +28,7 @@ from ..core.format import (
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
+    attention_head_size,
     graph_metadata,
     io_names,
 )
@@ -183,13 +185,20 @@ def write_package(
         tokenizers.append(SOURCE_TOKENIZER_FILE)
     entries: dict[str, VariantEntry] = {}
     hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
+    # the sizes load checks config.json against, and the head size the graphs' attention and
+    # K/V tensors have (the model's, zero-padded where GroupQueryAttention needs it)
+    head_size = attention_head_size(cfg.head_dim)
+    metadata = {**graph_metadata(cfg), ATTENTION_HEAD_SIZE_KEY: str(head_size)}
+    if head_size != cfg.head_dim:
+        _log(verbose, f"attention heads of {cfg.head_dim} dims run zero-padded to {head_size} "
+             "(onnxruntime's GroupQueryAttention takes multiples of 8; exact)")  # fmt: skip
     with torch.no_grad():
         for variant in variants:
             t = time.perf_counter()
             spec = variant_spec(variant, cfg.family, calibration)
             graphs, _ = build_graphs(model, spec, hessians)
             protos = {name: g.proto() for name, g in graphs.items()}
-            files = write_graphs(tmp, variant, protos, graph_metadata(cfg))
+            files = write_graphs(tmp, variant, protos, metadata)
             weights = files.pop("weights")
             entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
             size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6

@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..core.format import LOGITS_3D, graph_file, weights_file
+from ..core.format import LOGITS_3D, attention_head_size, graph_file, weights_file
 from ..core.schema import PackageConfig
 
 ALIGN = 4096  # external-data offsets on page boundaries: onnxruntime can mmap them
@@ -62,7 +62,7 @@ def genai_config(config: PackageConfig, variant: str = "fp32") -> dict:
     decoder = {
         "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
         "filename": graph_file("decoder", variant),
-        "head_size": m.head_dim,
+        "head_size": attention_head_size(m.head_dim),  # the cache's (zero-padded) head size
         "hidden_size": m.d_model,
         "num_attention_heads": m.n_heads,
         "num_hidden_layers": m.n_decoder_layers,

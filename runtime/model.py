@@ -19,6 +19,7 @@ import onnxruntime as ort
 
 from ..core.decoding import GenerationOptions, fit_new_tokens
 from ..core.format import (
+    ATTENTION_HEAD_SIZE_KEY,
     GENERATION_CONFIG_FILE,
     METADATA_PREFIX,
     TOKENIZER_FILE,
@@ -91,9 +92,10 @@ def cpu_only(provider: str) -> str:
 def check_graph_sizes(pkg: Package, graphs: dict[str, Graph]) -> None:
     """config.json's sizes against the graphs, before anything runs: the sizes each graph
     records in its metadata (exports since 2026-11-25) and the fixed dims of its inputs and
-    outputs (every package). PackageError naming the size and both values."""
+    outputs (every package), whose head size is the one the graph records (its attention's,
+    zero-padded) or else the model's. PackageError naming the size and both values."""
     m, where = pkg.config.model, f"model package {pkg.path}"
-    H, G, D, V = m.n_heads, m.kv_heads, m.head_dim, m.vocab_size
+    H, G, V = m.n_heads, m.kv_heads, m.vocab_size
     want = graph_metadata(m)
     for name, graph in graphs.items():
         stored = graph.session.get_modelmeta().custom_metadata_map
@@ -104,6 +106,13 @@ def check_graph_sizes(pkg: Package, graphs: dict[str, Graph]) -> None:
                     f"{where}: config.json's model.{field} is {value} but the {name} graph was "
                     f"built for {stored[key]}"
                 )
+        head = stored.get(ATTENTION_HEAD_SIZE_KEY, str(m.head_dim))  # padded for the op
+        if not (head.isdigit() and int(head) >= m.head_dim):
+            raise PackageError(
+                f"{where}: the {name} graph's attention head size is {head!r}, the config's "
+                f"head dim is {m.head_dim} (model.hidden_size / model.num_attention_heads)"
+            )
+        D = int(head)
         ios = [*graph.session.get_inputs(), *graph.session.get_outputs()]
         for io in ios:
             expected = _fixed_dims(io.name, H, G, D, V)

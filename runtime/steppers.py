@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from ..core.format import LOGITS_3D, cache_names
+from ..core.format import ATTENTION_HEAD_SIZE_KEY, LOGITS_3D, cache_names
 from ..core.schema import PackageConfig
 
 
@@ -41,6 +41,14 @@ class Graph:
     def output_names(self) -> tuple[str, ...]:
         """The graph's outputs, in its order (what `run` returns)."""
         return tuple(o.name for o in self.session.get_outputs())
+
+    @functools.cached_property
+    def head_size(self) -> int | None:
+        """The head size of its attention and K/V tensors as its metadata records it (the
+        model's head dim zero-padded: core.format.attention_head_size); None: not recorded
+        (graphs exported before 2026-11-27: the model's head dim)."""
+        value = self.session.get_modelmeta().custom_metadata_map.get(ATTENTION_HEAD_SIZE_KEY)
+        return None if value is None else int(value)
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Plain run (the encoder): outputs in the graph's order, on the host."""
@@ -64,14 +72,14 @@ class CachedDecoder:
         family: str,
         n_layers: int,
         n_kv_heads: int,  # G: heads of the cache (grouped-query attention)
-        head_dim: int,
+        head_dim: int,  # the model's; the cache's is the graph's (zero-padded) head_size
         capacity: int,  # M: the longest sequence (prompt + new tokens) this call can reach
         batch: int,
         static: dict[str, np.ndarray] | None = None,  # ED: encoder mask and cross K/V
     ):
         self.graph = graph
         self.names = cache_names(family, n_layers)
-        self.shape = (n_kv_heads, capacity, head_dim)
+        self.shape = (n_kv_heads, capacity, graph.head_size or head_dim)
         self.rows = batch  # rows allocated in the buffers
         self.buffers = {n: np.zeros((batch, *self.shape), np.float32) for n in self.names}
         self.n = batch  # rows in use
