@@ -13,6 +13,8 @@ A package is a folder (docs/package-format.md is the contract, with every key):
     golden.json                 PyTorch's greedy run on fixed inputs, for `edgeformer verify`
     generation_config.json      default decoding settings (Hugging Face's file)
     genai_config.json           decoder-only: onnxruntime-genai's config for decoder.onnx
+    (export --format ort: {graph}[.{variant}].ort instead of the .onnx graphs and weights
+    files, each holding its weights, and required_operators.config)
 
 Graph inputs/outputs (B batch, S source, T new tokens, M cache capacity, H heads, G key/value
 heads of the self-attention cache, D the graphs' attention head size (attention_head_size: the
@@ -57,6 +59,11 @@ SOURCE_TOKENIZER_FILE = "source_tokenizer.json"  # optional (encoder-decoder pac
 GOLDEN_FILE = "golden.json"  # PyTorch's greedy run on fixed inputs, for `edgeformer verify`
 GENERATION_CONFIG_FILE = "generation_config.json"  # default decoding settings (HF's file)
 GENAI_CONFIG_FILE = "genai_config.json"  # decoder-only packages: onnxruntime-genai's config
+# `export --format ort`: graphs in onnxruntime's ORT format ({graph}[.{variant}].ort, weights
+# inside each graph: no weights file), and the operator list a reduced onnxruntime build needs
+ORT_SUFFIX = ".ort"
+REQUIRED_OPERATORS_FILE = "required_operators.config"
+GRAPH_FORMATS = ("onnx", "ort")
 
 # the variants a package may hold (export.recipes says how each is made); fp32 always
 VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")

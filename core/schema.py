@@ -20,6 +20,7 @@ from .format import (
     GOLDEN_FILE,
     HF_NAMES,
     MIN_ONNXRUNTIME,
+    ORT_SUFFIX,
     PACKAGE_FORMAT,
     READABLE_VERSIONS,
     io_names,
@@ -137,12 +138,17 @@ def _is_id(value: object, vocab_size: int) -> bool:
 @dataclass(frozen=True)
 class VariantEntry:
     files: dict[str, str]  # graph -> file
-    weights: str  # the variant's weights file
+    weights: str | None  # the variant's weights file; None: ORT-format graphs hold their own
     io_dtype: str = "float32"
     description: str = ""
     # what export measured on its machine (runtime.verify over golden.json): agreement (the
     # fraction of decoder calls whose top token is PyTorch's), max_logit_diff, ms_per_token
     measured: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def file_names(self) -> list[str]:
+        """The variant's files: its graphs, then its weights file when it has one."""
+        return [*self.files.values(), *([self.weights] if self.weights else [])]
 
 
 MEASURED_KEYS = ("agreement", "max_logit_diff", "ms_per_token")
@@ -225,10 +231,13 @@ class PackageConfig:
             files = _names(where, f"{key}.files", entry.get("files"))
             if set(files) != set(want):
                 raise PackageError(f"{where}: {key}.files must name the graphs {sorted(want)}")
-            _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
+            if entry.get("weights") is None and all(f.endswith(ORT_SUFFIX) for f in files.values()):
+                pass  # ORT-format graphs: weights inside each graph
+            else:
+                _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
             measured = entry.get("measured")
             variants[name] = VariantEntry(
-                files, entry["weights"], str(entry.get("io_dtype", "float32")),
+                files, entry.get("weights"), str(entry.get("io_dtype", "float32")),
                 str(entry.get("description", "")),
                 _measured(where, f"{key}.measured", measured) if measured else {},
             )  # fmt: skip

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..core.format import VARIANTS
+from ..core.format import GRAPH_FORMATS, VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> None:
@@ -31,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> N
         metavar="LIST",
         help="quantized variants to write beside fp32, comma-separated: "
         f"{','.join(v for v in VARIANTS if v != 'fp32')} (default: none)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=GRAPH_FORMATS,
+        default="onnx",
+        help="graph file format: onnx (graphs share one weights file per variant), or ort: "
+        "onnxruntime's ORT format for mobile and reduced builds (each graph holds its weights; "
+        "writes required_operators.config) (default: onnx)",
     )
     parser.add_argument(
         "--force", action="store_true", help="replace an existing OUT_DIR package (default: refuse)"
@@ -127,6 +135,7 @@ def export_and_verify(args: argparse.Namespace) -> int:
         path = export_package(
             args.checkpoint, args.out_dir, variants=variants, force=args.force,
             verbose=not args.quiet, check=None if args.no_verify else parity,
+            graph_format=args.format,
         )  # fmt: skip
     except ParityError as e:
         print(f"edgeformer export: {e}", file=sys.stderr)

@@ -25,6 +25,7 @@ from ..core.format import (
     GENAI_CONFIG_FILE,
     GENERATION_CONFIG_FILE,
     GOLDEN_FILE,
+    GRAPH_FORMATS,
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
@@ -38,6 +39,7 @@ from ..models.checkpoint import GENERATION_CONFIG, SOURCE_TOKENIZER, TOKENIZER, 
 from ..runtime.tokenizer import make_probe
 from .builder import OPSET, build_graphs
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
+from .ort_format import to_ort_format
 from .quality import calibration_batches
 from .recipes import VARIANT_SPECS, variant_spec
 from .verify import golden_record
@@ -169,10 +171,17 @@ def calibrate(
 
 
 def write_package(
-    tmp: Path, model, ckpt_config: dict, checkpoint_dir: Path, variants: list[str], verbose: bool
+    tmp: Path,
+    model,
+    ckpt_config: dict,
+    checkpoint_dir: Path,
+    variants: list[str],
+    verbose: bool,
+    graph_format: str = "onnx",
 ) -> None:
     """Every file of the package into the empty folder `tmp`: tokenizers, each variant's graphs
-    and weights, golden.json, the run configs, config.json with checksums and measurements."""
+    and weights (as ORT-format graphs with graph_format "ort"), golden.json, the run configs,
+    config.json with checksums and measurements."""
     import torch
     from tokenizers import Tokenizer
 
@@ -210,7 +219,7 @@ def write_package(
     if cfg.family == "decoder-only":
         listed.append(GENAI_CONFIG_FILE)
     for entry in entries.values():
-        listed += [*entry.files.values(), entry.weights]
+        listed += entry.file_names
     config = PackageConfig(
         family=cfg.family,
         model=cfg,
@@ -226,6 +235,8 @@ def write_package(
     write_run_configs(tmp, checkpoint_dir, config)
     config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
     (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
+    if graph_format == "ort":
+        config = to_ort_format(tmp, verbose)
     config = measure_variants(tmp, config, data, verbose)
     (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
 
@@ -237,20 +248,24 @@ def export_package(
     force: bool = False,
     verbose: bool = True,
     check: Callable[[Path], None] | None = None,
+    graph_format: str = "onnx",
 ) -> Path:
     """Export a checkpoint to a model package in `out_dir`; returns its path.
 
     variants: names of export.recipes.VARIANT_SPECS ("fp32" is always written). check: runs on
     the finished package before it replaces `out_dir`; an error there leaves nothing behind.
+    graph_format: "onnx", or "ort" (export.ort_format: ORT-format graphs, checked by `check`).
     The package appears whole or not at all (core.files.atomic_folder).
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
+    if graph_format not in GRAPH_FORMATS:
+        raise ValueError(f"graph_format {graph_format!r}: one of {', '.join(GRAPH_FORMATS)}")
     check_target(checkpoint_dir, out_dir, force)
     model, ckpt_config = load_checkpoint(checkpoint_dir)
     t0 = time.perf_counter()
     with atomic_folder(out_dir) as tmp:
-        write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose)
+        write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose, graph_format)
         if check is not None:
             check(tmp)
         check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed meanwhile

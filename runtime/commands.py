@@ -417,7 +417,7 @@ def package_info(path: str) -> str:
     ]
     w = max([6, *map(len, c.variants)])
     for name, v in c.variants.items():
-        files = [*v.files.values(), v.weights]
+        files = v.file_names
         size = sum((pkg.path / f).stat().st_size for f in files) / 1e6
         lines.append(f"  {name:<{w}} {size:8.2f} MB  {v.description}")
         if v.measured:
@@ -437,7 +437,8 @@ def package_info(path: str) -> str:
         lines.append(f"             not applied by edgeformer: {', '.join(ignored)}")
     if GENAI_CONFIG_FILE in c.files:
         lines.append(f"genai        {GENAI_CONFIG_FILE}: onnxruntime-genai can run decoder.onnx")
-    lines.append("graphs")
+    ort_format = all(v.weights is None for v in c.variants.values())
+    lines.append("graphs (ORT format, weights inside each)" if ort_format else "graphs")
     for graph, io in c.graphs.items():
         lines.append(f"  {graph}: in {_names(io['inputs'], 4)}; out {_names(io['outputs'], 3)}")
     return "\n".join(lines)

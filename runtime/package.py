@@ -130,7 +130,8 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     data = read_json(cfg_path, f"model package {path}: {CONFIG_FILE}")
     config = PackageConfig.from_json(data, f"model package {path}: {CONFIG_FILE}")
     listed = config.files
-    referenced = [f for v in config.variants.values() for f in (*v.files.values(), v.weights)]
+    ort_graphs = {f for v in config.variants.values() for f in v.files.values() if not v.weights}
+    referenced = [f for v in config.variants.values() for f in v.file_names]
     for name in [*listed, *referenced, TOKENIZER_FILE]:  # names checked before any file is read
         _inside(path, name)
         if name not in listed:
@@ -143,7 +144,7 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
             raise PackageError(
                 f"model package {path}: checksum mismatch for {name} (file changed or corrupt)"
             )
-    for graph in {f for v in config.variants.values() for f in v.files.values()}:
+    for graph in {f for v in config.variants.values() for f in v.files.values()} - ort_graphs:
         for data in external_files(path / graph):  # what onnxruntime would open besides
             if data not in listed:
                 raise PackageError(
