@@ -8,6 +8,7 @@ MAX_PERPLEXITY_INCREASE of fp32's where it was measured, else agreement >= 1 - M
 
 from __future__ import annotations
 
+from .format import WEB_VARIANTS
 from .schema import HELD_OUT_KEYS, PackageConfig
 
 # variant="auto": the largest quality loss (1 - agreement with PyTorch's golden run) accepted
@@ -44,7 +45,9 @@ def pick_variant(config: PackageConfig, max_quality_loss: float | None = None) -
     MAX_QUALITY_LOSS where it was not."""
     if max_quality_loss is not None and not 0 <= max_quality_loss <= 1:
         raise ValueError(f"max_quality_loss={max_quality_loss} must be in [0, 1]")
-    measured = {k: v.measured for k, v in config.variants.items() if v.measured}
+    measured = {
+        k: v.measured for k, v in config.variants.items() if v.measured and k not in WEB_VARIANTS
+    }
     if "fp32" not in measured:
         return "fp32", "no export measurements in this package: fp32"
     held = {k: held_out_loss(measured, k) for k in measured}

@@ -29,6 +29,7 @@ from ..core.format import (
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
+    WEB_VARIANTS,
     attention_head_size,
     graph_metadata,
     io_names,
@@ -43,7 +44,7 @@ from .ort_format import to_ort_format
 from .quality import calibration_batches
 from .recipes import VARIANT_SPECS, variant_spec
 from .verify import golden_record
-from .writer import genai_config, write_graphs
+from .writer import genai_config, write_accuracy_variant, write_graphs
 
 
 def _log(verbose: bool, msg: str) -> None:
@@ -52,13 +53,18 @@ def _log(verbose: bool, msg: str) -> None:
 
 
 def check_variants(variants: str | list[str] | tuple[str, ...]) -> list[str]:
-    """Validate variant names (a list, or a comma-separated string) -> list without repeats."""
+    """Validate variant names (a list, or a comma-separated string) -> list without repeats,
+    each web variant's base (the variant whose weights it reads) before it."""
     if isinstance(variants, str):
         variants = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANT_SPECS]
     if bad:
         raise ValueError(f"unknown quantization {bad}; valid: {', '.join(VARIANT_SPECS)}")
-    return list(dict.fromkeys(variants))
+    out: list[str] = []
+    for v in variants:  # a web variant reads its base's weights: the base is written first
+        base = VARIANT_SPECS[v].weights_of
+        out += [base, v] if base else [v]
+    return list(dict.fromkeys(out))
 
 
 def unk_id(tokenizer_json: Path) -> int | None:
@@ -133,7 +139,10 @@ def measure_variants(
     from ..runtime.verify import verify
     from .quality import held_out_quality
 
-    held = held_out_quality(folder, data, list(config.variants), verbose)
+    # web variants: fp32 compute is 15-40x slower on the CPU provider (design notes); their
+    # held-out quality is their base's within a rounding, the golden run shows how close
+    held = held_out_quality(folder, data, [v for v in config.variants if v not in WEB_VARIANTS],
+                            verbose)  # fmt: skip
     measured = {}
     for c in verify(folder):
         if c.error is None:
@@ -205,6 +214,19 @@ def write_package(
         for variant in variants:
             t = time.perf_counter()
             spec = variant_spec(variant, cfg.family, calibration)
+            if spec.weights_of is not None:  # the base's graphs, other attributes
+                base = entries[spec.weights_of]
+                files = write_accuracy_variant(tmp, base.files, variant, spec.accuracy_level)
+                description = (
+                    f"{base.description.replace('int8 compute', 'fp32 compute')}: "
+                    f"{spec.weights_of}'s graphs and {base.weights} with accuracy_level "
+                    f"{spec.accuracy_level}, as onnxruntime-web's wasm computes (slow on the "
+                    "CPU provider)"
+                )
+                entries[variant] = VariantEntry(files, base.weights, spec.io_dtype, description)
+                _log(verbose, f"{variant}: {spec.weights_of}'s graphs, accuracy_level "
+                     f"{spec.accuracy_level}")  # fmt: skip
+                continue
             graphs, _ = build_graphs(model, spec, hessians)
             protos = {name: g.proto() for name, g in graphs.items()}
             files = write_graphs(tmp, variant, protos, metadata)

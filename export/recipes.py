@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..core.format import VARIANTS
+from ..core.format import VARIANTS, WEB_VARIANTS
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class VariantSpec:
     # 4-bit linear layers: GPTQ against the activations of training examples when export has
     # them (export/gptq.py; the embedding / output projection keep scale_search); same format
     gptq: bool = False
+    # a variant whose graphs are this one's with other attributes, reading its weights file
+    # (core.format.WEB_VARIANTS); None: its own weights
+    weights_of: str | None = None
 
 
 VARIANT_SPECS: dict[str, VariantSpec] = {
@@ -67,9 +70,30 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
             head_bits=8,
             method="dynamic",
         ),
+        VariantSpec(
+            "int8-web",
+            "the int8 graphs with fp32 compute (accuracy_level 0), as onnxruntime-web's wasm "
+            "computes them; reads weights.int8.data (slow on the CPU provider)",
+            bits=8,
+            embed_bits=8,
+            head_bits=8,
+            accuracy_level=0,
+            weights_of="int8",
+        ),
+        VariantSpec(
+            "int4-web",
+            "the int4 graphs with fp32 compute (accuracy_level 0), as onnxruntime-web's wasm "
+            "computes them; reads weights.int4.data",
+            bits=4,
+            embed_bits=4,
+            head_bits=4,
+            accuracy_level=0,
+            weights_of="int4",
+        ),
     )
 }
 assert tuple(VARIANT_SPECS) == VARIANTS, "a recipe per variant of the format"
+assert all(VARIANT_SPECS[w].weights_of == b for w, b in WEB_VARIANTS.items())
 
 
 def variant_spec(name: str, family: str, calibration: str | None = None) -> VariantSpec:

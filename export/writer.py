@@ -54,6 +54,32 @@ def write_graphs(
     return {**files, "weights": weights}
 
 
+def write_accuracy_variant(
+    folder: Path, base: dict[str, str], variant: str, accuracy_level: int
+) -> dict[str, str]:
+    """Copies of the graphs `base` ({graph: file} in `folder`) with every MatMulNBits set to
+    `accuracy_level`, saved as `variant`'s graphs; they read the base's weights file.
+
+        decoder.int4.onnx ──► decoder.int4-web.onnx   (accuracy_level 4 -> 0)
+                 └────── weights.int4.data ──────┘
+    """
+    import onnx
+
+    files = {}
+    for graph, file in base.items():
+        proto = onnx.load(str(folder / file), load_external_data=False)
+        for node in proto.graph.node:
+            if node.op_type == "MatMulNBits":
+                attrs = [a for a in node.attribute if a.name != "accuracy_level"]
+                del node.attribute[:]
+                node.attribute.extend(
+                    [*attrs, onnx.helper.make_attribute("accuracy_level", accuracy_level)]
+                )
+        files[graph] = graph_file(graph, variant)
+        onnx.save_model(proto, folder / files[graph])
+    return files
+
+
 def genai_config(config: PackageConfig, variant: str = "fp32") -> dict:
     """onnxruntime-genai's config for a decoder-only package's `variant` (model type "decoder":
     genai's generic decoder-only LLM): our IO names, the 3-D logits, the shared cache buffer."""
