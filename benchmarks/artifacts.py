@@ -27,6 +27,9 @@ from .shapes import SEED, Shape
 
 OUR_SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]  # ids 0..3, as ModelConfig's defaults
 READ_ONLY = False  # set in child processes: use what the parent built, never rebuild
+# set in a stack's build process in an environment of its own (Optimum's): the HF model it
+# converts is the one the bench's environment built (same weights), never made there
+OWN_ENV = False
 
 
 def _cached(path: Path, key: dict, build: Callable[[Path], None]) -> Path:
@@ -214,6 +217,8 @@ def hf_model_dir(shape: Shape, work: Path) -> Path:
     """The random-weight HF model (seed SEED) and a matching fast tokenizer, save_pretrained."""
 
     def build(path: Path) -> None:
+        if OWN_ENV:
+            raise RuntimeError(f"{path} is built by the bench's own environment, not this one")
         import torch
         from transformers import GPT2LMHeadModel, MarianMTModel, PreTrainedTokenizerFast
 

@@ -3,9 +3,14 @@
     python -m edgeformer.benchmarks.child serve JOB    a stack's worker (--isolation process)
     python -m edgeformer.benchmarks.child memory JOB   load, run each workload once, peak RSS
     python -m edgeformer.benchmarks.child floor JOB    the fp32 step's weight-streaming floor
+    python -m edgeformer.benchmarks.child build JOB    a stack's files, in its own environment
+    python -m edgeformer.benchmarks.child overhead JOB W1's time outside session.run (--profile)
 
 JOB is a `settings.Job` as JSON. Each child imports only what its stack needs (no torch for our
-runtime), as a deployment of that stack would.
+runtime), as a deployment of that stack would. It runs under the stack's interpreter
+(`stacks.python_for`): the bench's own, or Optimum's environment for the optimum-* stacks
+(benchmarks/optimum_env.py), which has this same module; `build` and `overhead` are there for
+such stacks, whose files and profile cannot be made in the bench's process.
 
 Why a process per stack: engines sharing one process on 2 cores slow each other down; a thread
 pool left spinning or parked by one (onnxruntime's intra-op pool, CTranslate2's and PyTorch's
@@ -134,11 +139,43 @@ def floor(job: Job) -> int:
     return 0
 
 
+def build(job: Job) -> int:
+    """Build the stack's files in this (its own) environment; files it shares with the other
+    stacks (the HF model) were built by the bench's environment and are only read."""
+    from . import artifacts
+    from .stacks import for_job, get_stack
+
+    quiet_libraries()
+    artifacts.OWN_ENV = True
+    for_job(get_stack(job.stack), job).build(job)
+    print(json.dumps({"built": job.stack}), flush=True)
+    return 0
+
+
+def overhead(job: Job) -> int:
+    """`profile.python_overhead` of the stack on W1, after one warm-up call."""
+    from . import profile
+    from .shapes import WORKLOADS
+    from .stacks import for_job, get_stack, inputs_for
+
+    quiet_libraries()
+    runner = load_in_this_process(job)
+    w = WORKLOADS["W1"]
+    ids = inputs_for(for_job(get_stack(job.stack), job), job.shape, w.batch, w.src_len)
+    runner.generate(ids, w.new_tokens)  # warm-up
+    print(json.dumps(profile.python_overhead(runner, ids, w.new_tokens)), flush=True)
+    return 0
+
+
 # ---- the parent's side -------------------------------------------------------------------------
 
 
 def _command(mode: str, job: Job) -> list[str]:
-    return [sys.executable, "-m", MODULE, mode, job.to_json()]
+    """The child's command line, under the stack's interpreter (`stacks.python_for`)."""
+    from .stacks import get_stack, python_for
+
+    python = python_for(get_stack(job.stack), job.settings)
+    return [python, "-m", MODULE, mode, job.to_json()]
 
 
 class Worker:
@@ -215,6 +252,18 @@ def child_floor(job: Job, timeout: float = 600) -> dict:
     return _child_json("floor", job, timeout)
 
 
+def child_build(job: Job, timeout: float = 1800) -> None:
+    """Run `build` in the stack's environment; raises with the child's last line on failure."""
+    out = _child_json("build", job, timeout)
+    if "error" in out:
+        raise RuntimeError(out["error"])
+
+
+def child_overhead(job: Job, timeout: float = 600) -> dict:
+    """Run `overhead` in a fresh process of the stack's environment."""
+    return _child_json("overhead", job, timeout)
+
+
 def _child_json(mode: str, job: Job, timeout: float) -> dict:
     """Run a one-shot mode in a fresh process: the last JSON line it prints, or an error."""
     try:
@@ -233,7 +282,8 @@ def _child_json(mode: str, job: Job, timeout: float) -> dict:
 
 def main(argv: list[str]) -> int:
     mode, job = argv[0], Job.from_json(argv[1])
-    return {"serve": serve, "memory": memory, "floor": floor}[mode](job)
+    modes = {"serve": serve, "memory": memory, "floor": floor, "build": build}
+    return {**modes, "overhead": overhead}[mode](job)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import files, measure, report, targets
-from .child import Worker, child_floor, child_peak_rss
+from . import files, measure, optimum_env, report, targets
+from .child import Worker, child_build, child_floor, child_overhead, child_peak_rss
 from .files import FileBatching
 from .runners import quiet_libraries
 from .settings import DEFAULT_OUT, ISOLATION_MODES, MEMORY_MODES, SPINNING, Job, Settings
@@ -29,6 +29,7 @@ from .shapes import WORKLOADS, Shape, get_shape, sweep_workload
 from .stacks import (
     Stack,
     cuda_available,
+    elsewhere,
     for_job,
     inputs_for,
     package_variants,
@@ -120,6 +121,20 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         help="keep built models here and reuse them (default: a temporary folder)",
     )
     p.add_argument(
+        "--optimum-python",
+        default=None,
+        help="the interpreter (or virtual environment folder) of Optimum's own environment, "
+        f"where the optimum-* stacks run (default: ${optimum_env.ENV_VAR}, else "
+        f"{optimum_env.DEFAULT_ENV} if it exists, else this interpreter)",
+    )
+    p.add_argument(
+        "--make-optimum-env",
+        default=None,
+        metavar="DIR",
+        help="create Optimum's environment in DIR unless it is there (python -m venv, pip: "
+        "minutes), then run the optimum-* stacks in it (default: none)",
+    )
+    p.add_argument(
         "--quality-ed",
         default=None,
         help="translation package: its Multi30k BLEU next to its speed (default: none)",
@@ -162,6 +177,8 @@ def _shapes(settings: Settings) -> list[tuple[Shape, Path | None, Path | None]]:
 
 
 def run(args) -> int:
+    if args.make_optimum_env:
+        args.optimum_python = optimum_env.ensure(args.make_optimum_env)
     return bench(Settings.from_args(args))
 
 
@@ -189,6 +206,8 @@ def bench(settings: Settings) -> int:
         "sweep": [],
         "file": [],
     }
+    if settings.optimum_python and any(elsewhere(s, settings) for s in stacks):
+        results["meta"]["optimum_env"] = optimum_env.describe(settings.optimum_python)
     try:
         for shape, pkg, ckpt in _shapes(settings) if settings.workloads else []:
             fixed = [w for w in settings.fixed_workloads() if shape.family in w.families]
@@ -227,7 +246,7 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
             continue
         try:
             t = time.time()
-            s.build(job.with_stack(s.name))
+            _build(s, job.with_stack(s.name))
             info[s.name]["build_s"] = round(time.time() - t, 1)
             ready.append(s)
         except Exception as e:  # a stack that cannot be built is reported, not fatal
@@ -337,10 +356,22 @@ def _bench_files(runners: dict, shape: Shape, settings: Settings, info: dict, re
         )
 
 
+def _build(s: Stack, job: Job) -> None:
+    """The stack's files: built here, or, for a stack in an environment of its own, the files
+    it shares built here (the HF model: same weights) and its own built there."""
+    if not elsewhere(s, job.settings):
+        s.build(job)
+        return
+    if s.shared:
+        s.shared(job)
+    child_build(job)
+
+
 def _load(s: Stack, job: Job, workloads) -> tuple:
-    """(runner, memory record) for one stack: in its own process, or in this one."""
+    """(runner, memory record) for one stack: in its own process, or in this one (never for a
+    stack of another environment)."""
     job = job.with_stack(s.name)
-    if job.settings.isolation == "process":
+    if job.settings.isolation == "process" or elsewhere(s, job.settings):
         worker = Worker(job)
         r = worker.runner()
         mem = worker.memory()
@@ -402,6 +433,9 @@ def _profile(job: Job, names: list[str]) -> dict:
     for name in names:
         s = for_job(get_stack(name), job)
         if not (s.variant or name.startswith("optimum-")):
+            continue
+        if elsewhere(s, job.settings):  # its own environment: there
+            out.setdefault("python_overhead_W1", {})[name] = child_overhead(job.with_stack(name))
             continue
         ids = inputs_for(s, shape, w.batch, w.src_len)
         try:

@@ -112,6 +112,7 @@ def markdown(results: dict) -> str:
         "",
         f"Versions: {vs}.",
         "",
+        *_optimum_env_md(meta.get("optimum_env")),
         "Greedy, forced output length (EOS ignored), random weights unless a package is named. "
         "Same weights: every stack of a row runs one model, given the same token ids: ours "
         "(edgeformer-torch, edgeformer-fp32/int8/int4) the edgeformer conversion of the Marian "
@@ -186,6 +187,19 @@ def markdown(results: dict) -> str:
     if results.get("quality"):
         lines += _quality_md(results["quality"])
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _optimum_env_md(env: dict | None) -> list[str]:
+    """The line naming Optimum's own environment and its versions, when its stacks ran there."""
+    if not env:
+        return []
+    v = env.get("versions") or {}
+    vs = ", ".join(f"{k} {v[k]}" for k in v if v[k])
+    return [
+        f"optimum-* stacks in their own environment ({env['interpreter']}): Python "
+        f"{env.get('python')}, {vs or env.get('error', 'versions unknown')}.",
+        "",
+    ]
 
 
 def _file_md(rows: list[dict]) -> list[str]:

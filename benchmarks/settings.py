@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from edgeformer.core.config import ModelConfig
 
+from . import optimum_env
 from .shapes import QUICK_SWEEP_BATCHES, SWEEP_BATCHES, WORKLOADS, Shape, Workload
 
 # Results go under the working directory's runs/ (git-ignored in this repository), never into
@@ -51,6 +52,8 @@ class Settings:
     quality_lm: str | None = None
     quality_checkpoint: str | None = None
     quality_limit: int | None = None
+    # the optimum-* stacks' interpreter (Optimum's own environment: optimum_env); None: this one
+    optimum_python: str | None = None
 
     def __post_init__(self):
         for w in self.workloads:
@@ -95,6 +98,7 @@ class Settings:
             quality_lm=args.quality_lm,
             quality_checkpoint=args.quality_checkpoint,
             quality_limit=args.quality_limit,
+            optimum_python=optimum_env.resolve(args.optimum_python),
         )
 
     def to_dict(self) -> dict:

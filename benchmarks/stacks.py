@@ -6,7 +6,9 @@ Ours: the edgeformer runtime on each package variant (`edgeformer.core.format.VA
 and our PyTorch model eager with KV cache; the edgeformer-llama-* stacks: our runtime on the
 Llama that onnxruntime-genai converts (LM only). Peers: HF PyTorch `generate` (GPT-2 / Marian,
 and that Llama), Optimum + onnxruntime, CTranslate2, onnxruntime-genai. A stack whose Python
-package is missing is skipped with the reason.
+package is missing is skipped with the reason. The optimum-* stacks run (and build their files)
+under the interpreter of Optimum's own environment when one is configured (`python_for`,
+`optimum_env`): Optimum cannot be installed beside transformers 5.
 
 Same weights: every stack of a row runs one model. Ours run the conversion of the Marian /
 GPT-2 model the peers run (`artifacts.hf_weights`; `for_job` then gives them the peers' ids and
@@ -17,15 +19,16 @@ our vocabulary) or a missing transformers makes ours run a model of their own.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import artifacts, runners
+from . import artifacts, optimum_env, runners
 from .runners import Runner
-from .settings import Job
+from .settings import Job, Settings
 from .shapes import Shape, make_inputs
 
 ED, LM = "encoder-decoder", "decoder-only"
@@ -45,6 +48,10 @@ class Stack:
     families: tuple[str, ...] = (ED, LM)  # the shapes it has a model for
     vocab: str = "ours"  # whose token ids it takes: "ours" | "hf" | "llama"
     note: str = ""  # why a family is missing, for the skip reason
+    # "optimum": runs in Optimum's own environment when one is configured (optimum_env); its
+    # `build` runs there too, after `shared` (the files made here: the HF model) is built here
+    env: str = ""
+    shared: Callable[[Job], object] | None = None
 
 
 def _variants() -> tuple[str, ...]:
@@ -103,13 +110,14 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
     ct = ("ctranslate2", "transformers")
     og = ("onnxruntime_genai", *torch_hf, "onnx_ir")  # onnx_ir: the model builder
     llama: dict[str, Any] = dict(families=(LM,), vocab="llama", note=NO_LLAMA_ED)
+    own_env: dict[str, Any] = dict(vocab="hf", env="optimum", shared=hf)
     stacks += [
         Stack("hf-torch", "peers", "fp32", "hf-torch", hf, runners.load_hf_torch, torch_hf,
               vocab="hf"),
         Stack("optimum-fp32", "peers", "fp32", "hf-torch", optimum(False),
-              partial(runners.load_optimum, int8=False), opt, vocab="hf"),
+              partial(runners.load_optimum, int8=False), opt, **own_env),
         Stack("optimum-int8", "peers", "int8-dynamic", "hf-torch", optimum(True),
-              partial(runners.load_optimum, int8=True), opt, vocab="hf"),
+              partial(runners.load_optimum, int8=True), opt, **own_env),
         Stack("ct2-fp32", "peers", "fp32", "hf-torch", ct2(False),
               partial(runners.load_ct2, int8=False), ct, vocab="hf"),
         Stack("ct2-int8", "peers", "int8", "hf-torch", ct2(True),
@@ -179,13 +187,34 @@ def missing_modules(stack: Stack) -> list[str]:
     return [m for m in stack.needs if not artifacts.installed(m)]
 
 
+def python_for(stack: Stack, settings: Settings) -> str:
+    """The interpreter of the stack's process: Optimum's environment for the optimum-* stacks
+    when one is configured (`Settings.optimum_python`), else the bench's own."""
+    if stack.env == "optimum" and settings.optimum_python:
+        return settings.optimum_python
+    return sys.executable
+
+
+def elsewhere(stack: Stack, settings: Settings) -> bool:
+    """Whether the stack runs (and builds its files) in an environment other than the bench's."""
+    return python_for(stack, settings) != sys.executable
+
+
 def skip_reason(stack: Stack, shape: Shape, job: Job) -> str | None:
     """Why `stack` cannot run on this shape here (None: it can)."""
     if shape.family not in stack.families:
         return stack.note or f"no {shape.family} model"
+    if elsewhere(stack, job.settings):
+        return optimum_env.problem(python_for(stack, job.settings))
     missing = missing_modules(stack)
     if missing:
-        return f"not installed: {', '.join(missing)} (pip install edgeformer[bench])"
+        how = (
+            "its own environment: edgeformer bench --make-optimum-env DIR or --optimum-python, "
+            "benchmarks/README.md"
+            if stack.env == "optimum"
+            else "pip install edgeformer[bench]"
+        )
+        return f"not installed: {', '.join(missing)} ({how})"
     if stack.name == "edgeformer-torch" and job.package and not job.checkpoint:
         return "--package given without its --checkpoint"
     return None

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeformer.benchmarks import report, targets
+from edgeformer.benchmarks import optimum_env, report, targets
 from edgeformer.benchmarks.cli import add_arguments
 from edgeformer.benchmarks.settings import DEFAULT_OUT, Job, Settings
 from edgeformer.benchmarks.shapes import get_shape
@@ -210,6 +210,96 @@ def test_quick_llama_stacks_of_ours_run_genais_weights(tmp_path):
             assert measure.agreement(out, expected) == 1.0
     ckpt = json.loads((tmp_path / "lm-llama-checkpoint" / "config.json").read_text())
     assert ckpt["source"]["architecture"] == "LlamaForCausalLM"
+
+
+def test_optimum_stacks_run_with_the_configured_interpreter(tmp_path, monkeypatch):
+    """Optimum's stacks run (and build) under the interpreter of their own environment when one
+    is configured: --optimum-python, $EDGEFORMER_OPTIMUM_PYTHON or a venv folder; a missing
+    one skips them with the reason, and the other stacks keep the bench's interpreter."""
+    import sys
+
+    from edgeformer.benchmarks import child, optimum_env
+    from edgeformer.benchmarks.stacks import elsewhere, get_stack, python_for, skip_reason
+
+    fake = str(tmp_path / "no-env" / "bin" / "python")
+    settings = Settings(quick=True, optimum_python=fake)
+    job = Job("", get_shape("lm", quick=True), tmp_path, settings)
+    for name in ("optimum-fp32", "optimum-int8"):
+        s = get_stack(name)
+        assert python_for(s, settings) == fake and elsewhere(s, settings)
+        for mode in ("serve", "memory", "build"):  # the child's command line
+            assert child._command(mode, job.with_stack(name))[:3] == [fake, "-m", child.MODULE]
+        reason = skip_reason(s, job.shape, job)
+        assert reason and "Optimum's environment unusable" in reason and fake in reason
+    for name in ("ct2-fp32", "hf-torch", "edgeformer-fp32"):
+        assert python_for(get_stack(name), settings) == sys.executable
+    # where the interpreter comes from: the option, else the variable, else runs/optimum-env
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(optimum_env.ENV_VAR, raising=False)
+    assert optimum_env.resolve(None) is None  # no runs/optimum-env here: the bench's own
+    monkeypatch.setenv(optimum_env.ENV_VAR, "env/bin/python")
+    assert optimum_env.resolve(None) == str(tmp_path / "env" / "bin" / "python")
+    (tmp_path / "venv").mkdir()  # a folder: its interpreter
+    assert optimum_env.resolve("venv") == str(tmp_path / "venv" / "bin" / "python")
+    # a whole run: skipped with the reason, the environment's error in the meta
+    out = tmp_path / "results"
+    argv = ["bench", "--quick", "--shapes", "lm", "--stacks", "optimum", "--workloads", "W1"]
+    argv += ["--optimum-python", fake, "--out", str(out), "--work", str(tmp_path / "w")]
+    assert main(argv) == 0
+    res = json.loads((out / "latest.json").read_text())
+    assert res["settings"]["optimum_python"] == fake
+    assert res["meta"]["optimum_env"]["interpreter"] == fake
+    assert "no such interpreter" in res["meta"]["optimum_env"]["error"]
+    for name in ("optimum-fp32", "optimum-int8"):
+        assert res["stacks"]["lm"][name]["status"] == "skipped"
+    assert "skipped optimum-fp32: Optimum's environment unusable" in (out / "latest.md").read_text()
+
+
+OPTIMUM_ENV = Path(__file__).resolve().parents[1] / optimum_env.DEFAULT_ENV
+OPTIMUM_PYTHON = str(optimum_env.venv_python(OPTIMUM_ENV))
+needs_optimum_env = pytest.mark.skipif(
+    not Path(OPTIMUM_PYTHON).exists(), reason=f"no Optimum environment at {OPTIMUM_ENV}"
+)
+
+
+@needs_optimum_env
+def test_optimum_env_has_optimum_and_the_benchs_onnxruntime():
+    """The environment `python -m edgeformer.benchmarks.optimum_env` made: Optimum, transformers
+    4 and this checkout importable, the same onnxruntime and torch as the bench's."""
+    from importlib import metadata
+
+    assert optimum_env.problem(OPTIMUM_PYTHON) is None
+    v = optimum_env.probe(OPTIMUM_PYTHON)["versions"]
+    assert v["optimum-onnx"] and v["transformers"].startswith("4.")
+    for name in ("onnxruntime", "torch"):
+        if _have(name):
+            assert v[name] == metadata.version(name), name
+
+
+@pytest.mark.slow
+@needs_optimum_env
+@pytest.mark.skipif(not _have("transformers", "torch"), reason="no transformers")
+def test_optimum_in_its_env_runs_the_benchs_hf_model(tmp_path):
+    """optimum-fp32 on the quick LM: the GPT-2 folder the bench made (transformers 5) exported
+    and run in Optimum's environment (transformers 4) through the stack's process, with the
+    same greedy output as hf-torch here."""
+    from edgeformer.benchmarks import child, measure
+    from edgeformer.benchmarks.stacks import get_stack, inputs_for
+
+    shape = get_shape("lm", quick=True)
+    job = Job("", shape, tmp_path, Settings(quick=True, optimum_python=OPTIMUM_PYTHON))
+    ref, s = get_stack("hf-torch"), get_stack("optimum-fp32")
+    assert s.shared is not None
+    s.shared(job)  # the HF model: here
+    child.child_build(job.with_stack(s.name))  # Optimum's export: there
+    assert (tmp_path / "lm-optimum-fp32" / ".bench-stamp.json").is_file()
+    ids = inputs_for(ref, shape, 2, 16)
+    worker = child.Worker(job.with_stack(s.name))
+    try:
+        out = worker.runner().generate(ids, 12)
+    finally:
+        worker.close()
+    assert measure.agreement(out, ref.load(job.with_stack(ref.name)).generate(ids, 12)) == 1.0
 
 
 def test_settings_defaults_and_job_round_trip(tmp_path):
