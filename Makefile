@@ -26,4 +26,11 @@ test: $(STAMP)
 	$(PY) tests/typecheck.py
 	$(VENV)/bin/python -m pytest -q
 
-.PHONY: venv demo test
+# The JavaScript runtime's dependencies (runtime/js, docs/ship-node.md), from its package-lock.json
+js:
+	@command -v npm >/dev/null || { echo "make js: npm not found (install Node.js >= 18)"; exit 1; }
+	@echo "cd runtime/js && npm ci --ignore-scripts --no-audit --no-fund"
+	@cd runtime/js && npm ci --ignore-scripts --no-audit --no-fund || { \
+		echo "make js: npm ci failed (no network? it needs registry.npmjs.org once)"; exit 1; }
+
+.PHONY: venv demo test js
