@@ -124,6 +124,34 @@ def test_js_greedy_matches_python(node, ed_package, lm_package, record_property)
     print("\n".join(recorded))
 
 
+def test_web_variants_on_wasm_match_python(node, ed_checkpoint, lm_checkpoint, tmp_path):
+    """int8-web / int4-web (MatMulNBits accuracy_level 0: fp32 compute) decode on wasm as the
+    Python runtime decodes them on the CPU provider: the quantized variants whose golden run and
+    measurements hold in a browser (int8 / int4 at accuracy_level 4 do not: see above)."""
+    from edgeformer.export import export_package
+
+    web = ("int8-web", "int4-web")
+    packages = {
+        "encoder-decoder": (export_package(ed_checkpoint, tmp_path / "ed", web, verbose=False),
+                            SOURCES),
+        "decoder-only": (export_package(lm_checkpoint, tmp_path / "lm", web, verbose=False),
+                         PROMPTS),
+    }  # fmt: skip
+    cases = [
+        dict(package=str(pkg), family=family, inputs=inputs, max_new_tokens=MAX_NEW,
+             backend="wasm", variant=variant, cache="refeed")
+        for family, (pkg, inputs) in packages.items()
+        for variant in web
+    ]  # fmt: skip
+    for case in run_js(node, cases):
+        pkg, inputs = packages[case["family"]]
+        want = python_greedy(pkg, case["family"], case["variant"], inputs)
+        where = f"{case['family']} {case['variant']} on wasm"
+        assert case["ids"] == [w[0] for w in want], where
+        for (_, lps), got in zip(want, case["log_probs"]):
+            np.testing.assert_allclose(got, lps, atol=1e-4, err_msg=where)
+
+
 def test_js_cli_texts_match_python(node, ed_package, lm_package):
     """The CLI on texts: the tokenizer library (@huggingface/tokenizers) encodes and decodes as
     the Python `tokenizers` does, so translations and continuations equal the Python runtime's."""

@@ -151,10 +151,16 @@ function checkConfig(cfg, where) {
   return m;
 }
 
+// core/format.py WEB_VARIANTS: int8 / int4's graphs with fp32 compute (accuracy_level 0), what
+// onnxruntime-web computes for any accuracy_level: their golden run holds on wasm
+const WEB_VARIANTS = ["int8-web", "int4-web"];
+
 /** (variant, why) for variant "auto": the Python runtime's policy (core/variants.py). */
 export function pickVariant(cfg, maxQualityLoss = null) {
   const measured = {};
-  for (const [k, v] of Object.entries(cfg.variants ?? {})) if (v.measured) measured[k] = v.measured;
+  for (const [k, v] of Object.entries(cfg.variants ?? {})) {
+    if (v.measured && !WEB_VARIANTS.includes(k)) measured[k] = v.measured; // never auto's pick
+  }
   if (!measured.fp32) return ["fp32", "no export measurements in this package: fp32"];
   const ref = measured.fp32;
   const heldOut = (m) => {
@@ -222,7 +228,8 @@ function lengthMask(ort, lengths) {
  * Load a package. options:
  *   backend  "node" (onnxruntime-node) | "wasm" (onnxruntime-web); default: "node" in Node.js
  *   ort      the onnxruntime module to use (default: imported by backend name)
- *   variant  "auto" (default: the Python runtime's policy) | "fp32" | "int8" | "int4" | "int8-dynamic"
+ *   variant  "auto" (default: the Python runtime's policy; fp32 on wasm) | "fp32" | "int8" | "int4"
+ *            | "int8-dynamic" | "int8-web" | "int4-web"
  *   cache    "auto" (in place on node, re-fed on wasm) | "inplace" | "refeed"
  *   threads  intra-op threads (node: per session; wasm: ort.env.wasm.numThreads, set once)
  *   spinning let idle intra-op threads spin (default false: see docs/ship-node.md)
@@ -262,7 +269,13 @@ export async function loadPackage(source, options = {}) {
 
   let variant = options.variant ?? "auto";
   let variantReason = "asked for";
-  if (variant === "auto") [variant, variantReason] = pickVariant(cfg, options.maxQualityLoss ?? null);
+  if (variant === "auto" && backend === "wasm") {
+    // export measured native speeds; on wasm MatMulNBits ran 12-21x slower than fp32's MatMul
+    // (docs/ship-node.md), so the fastest there is fp32
+    [variant, variantReason] = ["fp32", "wasm: fp32 (quantized matmuls are slower there)"];
+  } else if (variant === "auto") {
+    [variant, variantReason] = pickVariant(cfg, options.maxQualityLoss ?? null);
+  }
   const entry = cfg.variants?.[variant];
   if (!entry) {
     throw new PackageError(
