@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from ..core.config import ModelConfig
 from .layers import (
+    CAUSAL,
     KV,
     AbsolutePositions,
     DecoderLayer,
@@ -179,7 +180,9 @@ class DecoderOnly(_Base):
         _check_length(self.cfg, S, "sequence")
         if attention_mask is None:
             positions = (torch.arange(T, device=ids.device) + past).expand(B, T)
-            mask = causal_mask(T, S, ids.device) if T > 1 else None
+            mask: torch.Tensor | str | None = None  # one token sees everything before it
+            if T > 1:  # is_causal aligns top-left: right only without a past (T = S)
+                mask = CAUSAL if past == 0 else causal_mask(T, S, ids.device)
         else:
             am = attention_mask.long()
             positions = (am.cumsum(-1) - 1).clamp(min=0)[:, past:]
