@@ -231,9 +231,8 @@ class PackageConfig:
             files = _names(where, f"{key}.files", entry.get("files"))
             if set(files) != set(want):
                 raise PackageError(f"{where}: {key}.files must name the graphs {sorted(want)}")
-            if entry.get("weights") is None and all(f.endswith(ORT_SUFFIX) for f in files.values()):
-                pass  # ORT-format graphs: weights inside each graph
-            else:
+            ort_graphs = all(f.endswith(ORT_SUFFIX) for f in files.values())
+            if not (ort_graphs and entry.get("weights") is None):  # ORT: weights inside graphs
                 _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
             measured = entry.get("measured")
             variants[name] = VariantEntry(

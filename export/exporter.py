@@ -258,7 +258,7 @@ def write_package(
     config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
     (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
     if graph_format == "ort":
-        config = to_ort_format(tmp, verbose)
+        config = to_ort_format(tmp, config, verbose)
     config = measure_variants(tmp, config, data, verbose)
     (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
 

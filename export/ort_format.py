@@ -64,10 +64,9 @@ def write_required_operators(folder: Path, graphs: list[str]) -> None:
     target.write_text("\n".join(lines) + "\n")
 
 
-def to_ort_format(folder: Path, verbose: bool = True) -> PackageConfig:
-    """Rewrite the package in `folder` (export's unfinished folder) with ORT-format graphs."""
-    where = f"{folder / CONFIG_FILE}"
-    config = PackageConfig.from_json(json.loads((folder / CONFIG_FILE).read_text()), where)
+def to_ort_format(folder: Path, config: PackageConfig, verbose: bool = True) -> PackageConfig:
+    """Rewrite the package in `folder` (export's unfinished folder; `config` its config.json)
+    with ORT-format graphs; returns the new config, also written to config.json."""
     before = {
         f: (folder / f).stat().st_size for e in config.variants.values() for f in e.file_names
     }

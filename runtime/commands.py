@@ -429,10 +429,9 @@ def package_info(path: str) -> str:
             )
     _, why = pick_variant(c)
     lines.append(f"  auto -> {why}")
-    settings = pkg.generation_settings()
+    settings, ignored = pkg.generation_settings()
     shown = ", ".join(f"{k} {v}" for k, v in settings.items()) or "none (greedy search)"
     lines.append(f"decoding     generation_config.json defaults: {shown}")
-    ignored = pkg.ignored_generation_fields()
     if ignored:
         lines.append(f"             not applied by edgeformer: {', '.join(ignored)}")
     if GENAI_CONFIG_FILE in c.files:

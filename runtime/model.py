@@ -169,9 +169,8 @@ class Model:
         self.config = pkg.config
         self.n_layers, self.max_len = self.config.model.n_decoder_layers, self.config.model.max_len
         # generation_config.json: the package's default decoding settings (fields it sets)
-        self.default_settings = pkg.generation_settings()  # checked there
+        self.default_settings, ignored = pkg.generation_settings()  # checked there
         self.defaults = GenerationOptions(**self.default_settings)
-        ignored = pkg.ignored_generation_fields()
         if ignored:
             warnings.warn(
                 f"{GENERATION_CONFIG_FILE} of {pkg.path.name}: edgeformer does not apply "

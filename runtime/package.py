@@ -55,21 +55,14 @@ class Package:
         own = SOURCE_TOKENIZER_FILE in self.config.files
         return self.path / (SOURCE_TOKENIZER_FILE if own else TOKENIZER_FILE)
 
-    def generation_settings(self) -> dict:
-        """The default decoding settings of generation_config.json, as GenerationOptions
-        fields ({} for a package without one)."""
+    def generation_settings(self) -> tuple[dict, list[str]]:
+        """generation_config.json, read once: its default decoding settings as GenerationOptions
+        fields, and the fields the runtime does not apply (({}, []) for a package without one)."""
         if GENERATION_CONFIG_FILE not in self.config.files:
-            return {}
+            return {}, []
         where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
         data = read_json(self.path / GENERATION_CONFIG_FILE, where)
-        return generation_settings(data, self.config, where)
-
-    def ignored_generation_fields(self) -> list[str]:
-        """generation_config.json's fields the runtime does not apply ([] without one)."""
-        if GENERATION_CONFIG_FILE not in self.config.files:
-            return []
-        where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
-        return ignored_fields(read_json(self.path / GENERATION_CONFIG_FILE, where), self.config)
+        return generation_settings(data, self.config, where), ignored_fields(data, self.config)
 
     def probes(self) -> list[dict]:
         """Export's tokenizer probes (golden.json; [] for packages exported before them)."""
