@@ -40,6 +40,12 @@ class TrainConfig:
     max_sentences: int | None = doc(
         None, "translation: use only the first N training pairs (none: all)", metavar="N"
     )
+    teacher: str | None = doc(
+        None, "translation: distil from this model package or checkpoint folder: its beam "
+        "translations of the training sources replace the targets (train/distill.py)",
+        metavar="DIR",
+    )  # fmt: skip
+    teacher_beams: int = doc(5, "--teacher: beam size of the teacher's translations")
     tokenizer: str = doc("bpe", "bpe, or char (LM only)", choices=TOKENIZERS)
     lowercase: bool = doc(
         False, "BPE: lowercase all text (training data, then the package's inputs and outputs: "
@@ -106,8 +112,11 @@ class TrainConfig:
             bad("translation needs tokenizer='bpe'")
         if self.lowercase and self.tokenizer != "bpe":
             bad("lowercase needs tokenizer='bpe' (a char tokenizer keeps every character)")
+        if self.teacher is not None and self.task != "translation":
+            bad("teacher (distillation) is for translation runs")
         positive = ["epochs", "batch_tokens", "max_iters", "eval_interval"]
         positive += ["eval_iters", "block_size", "batch_size", "warmup", "average_last"]
+        positive += ["teacher_beams"]
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(f"{name}={getattr(self, name)!r} must be a positive integer")

@@ -43,6 +43,7 @@ from edgeformer.models.batch import collate, make_pairs
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
 
 from .config import TrainConfig
+from .distill import distill
 from .evaluate import lm_samples, translate_texts
 from .tokenizer import (
     PAD_ID,
@@ -478,6 +479,8 @@ def train_translation(run: Run) -> nn.Module:
     train_src, train_tgt = load_multi30k(
         "train", cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.max_sentences
     )
+    if cfg.teacher is not None:
+        train_src, train_tgt = distilled_pairs(run, train_src)
     val_src, val_tgt = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
     tok, tok_path = prepare_tokenizer(run, train_src + train_tgt)
     model, mcfg = build(run, tok.get_vocab_size())
@@ -567,6 +570,25 @@ def train_translation(run: Run) -> nn.Module:
         finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, bleu_ref)
     run.barrier()
     return model
+
+
+def distilled_pairs(run: Run, sources: list[str]) -> tuple[list[str], list[str]]:
+    """(sources, the teacher's translations): made by rank 0 (train/distill.py); the other
+    ranks wait, then read rank 0's OUT/distilled."""
+    cfg, teacher = run.cfg, run.cfg.teacher
+    assert teacher is not None
+
+    def pairs(say) -> tuple[list[str], list[str]]:
+        d = distill(
+            Path(teacher), sources, cfg.src_lang, cfg.tgt_lang, run.out,
+            cfg.teacher_beams, cfg.threads, cfg.quiet, say,
+        )  # fmt: skip
+        return d.sources, d.targets
+
+    if run.main:
+        result = pairs(run.say)
+    run.barrier()
+    return result if run.main else pairs(lambda _: None)
 
 
 def val_bleu(hyps: list[str], refs: list[str], lowercase: bool) -> float:

@@ -1,0 +1,169 @@
+"""Sequence-level knowledge distillation (Kim & Rush, 2016): a student learns the teacher's
+beam-search translations of the training sources instead of the human references.
+
+    --teacher DIR (a model package, or a checkpoint exported to OUT/teacher-package, fp32)
+        |  beam search, batched, through edgeformer.runtime (what the student will ship on)
+        v
+    OUT/distilled/train.{src,tgt} + key.json   (reused while teacher, sources and beams match)
+        |
+        v
+    the student trains on (source, teacher's translation) pairs like any Multi30k run;
+    validation and BLEU stay on the human references
+
+The teacher's translations are simpler and more consistent than the references, so a much
+smaller model (here: a deep encoder and one decoder layer, decode cost being the decoder's)
+gets closer to the teacher than it would on the references (docs/training.md, distillation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeformer.core.files import atomic_text, sha256
+from edgeformer.core.format import CONFIG_FILE, PACKAGE_FORMAT
+from edgeformer.core.progress import Progress
+
+DISTILLED = "distilled"  # OUT/distilled: the teacher's translations of the training sources
+TEACHER_PACKAGE = "teacher-package"  # OUT/teacher-package: a checkpoint teacher, exported
+KEY_FILE = "key.json"
+BATCH = 32  # sentences per runtime batch (x beams hypotheses)
+
+
+@dataclass(frozen=True)
+class Distilled:
+    """The student's training pairs: sources and the teacher's translations of them."""
+
+    sources: list[str]
+    targets: list[str]
+    dropped: int  # sources the teacher could not take (too long) or translated to nothing
+    seconds: float  # 0.0 when read back from OUT/distilled
+
+
+def is_package(folder: Path) -> bool:
+    try:
+        return json.loads((folder / CONFIG_FILE).read_text()).get("format") == PACKAGE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def teacher_package(teacher: Path, out: Path, say: Callable[[str], None]) -> Path:
+    """The teacher as a model package: itself, or its checkpoint exported (fp32, once)."""
+    if is_package(teacher):
+        return teacher
+    if not (teacher / "model.safetensors").is_file():
+        raise ValueError(
+            f"--teacher {teacher}: neither a model package (edgeformer export's output) nor a "
+            "checkpoint folder (a training run's averaged/, best/ or last/)"
+        )
+    target = out / TEACHER_PACKAGE
+    stamp = target / ".from"
+    origin = f"{teacher.resolve()} {sha256(teacher / 'model.safetensors')}"
+    if is_package(target) and stamp.is_file() and stamp.read_text() == origin:
+        return target
+    from edgeformer.export import export_package
+
+    say(f"teacher: exporting {teacher} to {target} (fp32)")
+    export_package(teacher, target, ("fp32",), force=True, verbose=False)
+    stamp.write_text(origin)  # not one of the package's files: --force ignores nothing else
+    return target
+
+
+def distill_key(package: Path, sources: list[str], beams: int) -> dict:
+    """What the translations depend on: the teacher's files (config.json lists their sha256),
+    the sources and the beam size."""
+    text = "\n".join(sources).encode()
+    return {
+        "teacher": str(package.resolve()),
+        "teacher_config_sha256": sha256(package / CONFIG_FILE),
+        "sources_sha256": hashlib.sha256(text).hexdigest(),
+        "beams": beams,
+    }
+
+
+def read_cached(folder: Path, key: dict, src: str, tgt: str) -> Distilled | None:
+    try:
+        saved = json.loads((folder / KEY_FILE).read_text())
+        if {k: saved.get(k) for k in key} != key:
+            return None
+        sources = (folder / f"train.{src}").read_text().split("\n")[:-1]
+        targets = (folder / f"train.{tgt}").read_text().split("\n")[:-1]
+    except (OSError, ValueError):
+        return None
+    if len(sources) != len(targets) or not sources:
+        return None
+    return Distilled(sources, targets, int(saved.get("dropped", 0)), 0.0)
+
+
+def check_direction(package: Path, src: str, tgt: str) -> None:
+    task = json.loads((package / CONFIG_FILE).read_text()).get("task", {})
+    if task.get("kind") != "translation":
+        raise ValueError(f"--teacher {package}: not a translation model (task {task})")
+    if (task.get("src_lang"), task.get("tgt_lang")) != (src, tgt):
+        raise ValueError(
+            f"--teacher {package} translates {task.get('src_lang')}-{task.get('tgt_lang')}, "
+            f"the run is {src}-{tgt}"
+        )
+
+
+def distill(
+    teacher: Path,
+    sources: list[str],
+    src: str,
+    tgt: str,
+    out: Path,
+    beams: int = 5,
+    threads: int = 0,
+    quiet: bool = False,
+    say: Callable[[str], None] = print,
+) -> Distilled:
+    """The teacher's beam translations of `sources` (through the runtime, CPU), cached in
+    OUT/distilled; sources it cannot take or translates to nothing are dropped (counted)."""
+    from edgeformer.runtime import Translator
+
+    package = teacher_package(teacher, out, say)
+    check_direction(package, src, tgt)
+    folder = out / DISTILLED
+    key = distill_key(package, sources, beams)
+    cached = read_cached(folder, key, src, tgt)
+    if cached is not None:
+        say(f"teacher: {len(cached.sources):,} translations from {folder} (same teacher)")
+        return cached
+    translator = Translator(package, "fp32", threads=threads or None)
+    fits = [t for t in sources if _fits(translator, t)]
+    say(
+        f"teacher: translating {len(fits):,} training sources with {package} "
+        f"(beam {beams}, batches of {BATCH}, {threads or 'all'} threads)"
+    )
+    t0 = time.time()
+    bar = Progress("teacher translations", len(fits), "sentences", quiet=quiet)
+    hyps = []
+    for h in translator.translate_iterable(fits, max_batch_size=BATCH, num_beams=beams):
+        hyps.append(h)
+        bar.advance(1)
+    bar.close()
+    seconds = time.time() - t0
+    pairs = [(s, h) for s, h in zip(fits, hyps) if h.strip()]
+    dropped = len(sources) - len(pairs)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, lines in ((src, [s for s, _ in pairs]), (tgt, [h for _, h in pairs])):
+        with atomic_text(folder / f"train.{name}") as f:
+            f.write("".join(line.replace("\n", " ") + "\n" for line in lines))
+    with atomic_text(folder / KEY_FILE) as f:
+        json.dump(key | {"dropped": dropped, "seconds": round(seconds, 1)}, f, indent=1)
+    say(
+        f"teacher: {len(pairs):,} translations in {seconds:.0f} s "
+        f"({len(fits) / max(seconds, 1e-9):.1f} sentences/s), {dropped} dropped -> {folder}"
+    )
+    return Distilled([s for s, _ in pairs], [h for _, h in pairs], dropped, seconds)
+
+
+def _fits(translator, text: str) -> bool:
+    try:
+        return bool(translator.source_ids(text))
+    except ValueError:  # longer than the teacher's positions, or not a valid text
+        return False
