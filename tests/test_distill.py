@@ -103,3 +103,10 @@ def test_bad_teachers_are_named(data_dir, teacher, tmp_path):
         train(small(data_dir, tmp_path / "b", teacher=str(teacher), direction="de-en"))
     with pytest.raises(ValueError, match="teacher .distillation. is for translation"):
         TrainConfig(task="lm", tokenizer="char", teacher=str(teacher))
+
+
+def test_the_student_preset_needs_a_teacher(capsys):
+    from edgeformer.runtime.cli import main
+
+    assert main(["train", "--preset", "multi30k-en-de-student", "--epochs", "1"]) == 2
+    assert "give --teacher" in capsys.readouterr().err

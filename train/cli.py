@@ -10,7 +10,7 @@ from edgeformer.core.config import ModelConfig
 from edgeformer.core.data import SPLITS
 from edgeformer.core.flags import add_flags, given
 
-from .config import DERIVED, PRESETS, TrainConfig, preset
+from .config import DERIVED, PRESETS, STUDENTS, TrainConfig, preset
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -56,6 +56,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if saved is None:
             raise ValueError(f"{args.resume} has no training config to resume; give --preset")
         return TrainConfig.from_dict(saved | overrides)
+    if args.preset in STUDENTS and overrides.get("teacher") is None:
+        raise ValueError(
+            f"--preset {args.preset} distils a teacher: give --teacher with a translation "
+            "package or checkpoint folder (e.g. runs/m30k-long/averaged)"
+        )
     return preset(args.preset or "tiny", **overrides)
 
 
@@ -72,7 +77,7 @@ def list_presets() -> str:
             what = (
                 f"translation {t.direction}, {c.n_encoder_layers}+{c.n_decoder_layers} layers "
                 f"x {c.d_model}, vocab {c.vocab_size}, {t.epochs} epochs"
-            )
+            ) + (", needs --teacher" if name in STUDENTS else "")
         lines.append(f"{name:<22} {what}")
     return "\n".join(lines)
 

@@ -246,6 +246,19 @@ CPU_TRANSLATION_LONG = replace(
     average_last=10,
 )
 
+# distilled student (sequence-level KD, train/distill.py): a shallow decoder (decode cost is the
+# decoder's and the output layer's) under a 4-layer encoder, FFN 256, BPE 4k (a smaller output
+# layer); needs --teacher (docs/training.md, distillation)
+CPU_STUDENT = replace(
+    CPU_TRANSLATION,
+    model=replace(
+        CPU_TRANSLATION.model, vocab_size=4000, n_encoder_layers=4, n_decoder_layers=1, d_ff=256
+    ),
+    epochs=15,
+    average_last=5,
+)
+STUDENTS = ("multi30k-en-de-student",)  # presets that train on a teacher's translations
+
 PRESETS: dict[str, TrainConfig] = {
     # demo: a small model on Multi30k en->de, ~5 minutes on 2 CPU cores (val BLEU: README)
     "tiny": TrainConfig(
@@ -271,6 +284,7 @@ PRESETS: dict[str, TrainConfig] = {
     "multi30k-de-en": replace(GPU_TRANSLATION, direction="de-en"),
     "multi30k-en-de-cpu": CPU_TRANSLATION,
     "multi30k-en-de-cpu-long": CPU_TRANSLATION_LONG,
+    "multi30k-en-de-student": CPU_STUDENT,
     "shakespeare-char": _lm(
         model=dict(
             d_model=384,
