@@ -291,6 +291,162 @@ def ct2_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
     return _cached(work / name, shape.cfg.to_dict(), convert)
 
 
+# ---- CTranslate2 on a trained package's own weights (the frontier) ----------------------------
+
+# our ModelConfig.activation -> CTranslate2's (swiglu: a gated FFN, not converted here)
+CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}
+
+
+def package_weights(package: Path) -> dict:
+    """The float32 initializers of a package's fp32 encoder and decoder graphs, by name."""
+    import onnx
+    from onnx import numpy_helper
+
+    from ..runtime.package import load_package
+
+    pkg = load_package(package, verify=False)
+    weights = {}
+    for graph in ("encoder", "decoder"):
+        path = pkg.file(graph, "fp32")
+        if path.suffix != ".onnx":
+            raise NotImplementedError(f"{path}: the weights are read from .onnx graphs")
+        for t in onnx.load(str(path)).graph.initializer:
+            weights[t.name] = numpy_helper.to_array(t).copy()  # writable: ct2 quantizes in place
+    return weights
+
+
+def ct2_package_spec(package: Path):
+    """A CTranslate2 TransformerSpec holding the weights of `package`'s fp32 graphs.
+
+    Reads the exporter's weights as they are stored (export/builder.py): the linear layers'
+    (in, out) `*.weight_t` (CTranslate2 takes (out, in)), the packed self-attention QKV and
+    cross-attention KV, the embedding table with sqrt(d_model) folded in (so CTranslate2 does not
+    scale it again), a tied head's last norm divided by that scale (`*.head`: multiplied back
+    here; the head is the unscaled table), the position table indexed from 0 as CTranslate2's.
+    Not converted (NotImplementedError): rotary positions, a gated FFN, heads zero-padded to a
+    multiple of 8."""
+    import numpy as np
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    from ..core.format import TOKENIZER_FILE, attention_head_size
+    from ..runtime.package import load_package
+
+    pkg = load_package(package, verify=False)
+    cfg, special = pkg.config.model, pkg.config.special_tokens
+    if cfg.family != "encoder-decoder":
+        raise NotImplementedError("CTranslate2 conversion of a package: encoder-decoder only")
+    if cfg.positional == "rotary" or cfg.activation not in CT2_ACTIVATIONS:
+        raise NotImplementedError(
+            f"CTranslate2 conversion of a package: no {cfg.positional} positions / "
+            f"{cfg.activation} FFN (sinusoidal or learned positions; relu, gelu, silu FFN)"
+        )
+    if attention_head_size(cfg.head_dim) != cfg.head_dim:
+        raise NotImplementedError(
+            f"CTranslate2 conversion of a package: head dim {cfg.head_dim} is zero-padded in "
+            "the graphs (not a multiple of 8)"
+        )
+    w = package_weights(package)
+    scale = np.float32(np.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0)
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm == "pre",
+        activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[cfg.activation]),
+        rms_norm=cfg.norm_type == "rmsnorm",
+    )  # fmt: skip
+
+    def linear(s, name: str) -> None:
+        s.weight = np.ascontiguousarray(w[f"{name}.weight_t"].T)
+        if f"{name}.bias" in w:
+            s.bias = w[f"{name}.bias"]
+
+    def norm(s, name: str) -> None:
+        k = np.float32(1.0)
+        if f"{name}.head.weight" in w:  # the tied head's norm, divided by the table's scale
+            name, k = f"{name}.head", scale
+        s.gamma = w[f"{name}.weight"] * k
+        if f"{name}.bias" in w:
+            s.beta = w[f"{name}.bias"] * k
+
+    table = w["embed.table"]
+    for side in (spec.encoder, spec.decoder):
+        side.scale_embeddings = False  # folded into the table
+        side.position_encodings.encodings = w["pos.table"]
+    spec.encoder.embeddings[0].weight = table
+    spec.decoder.embeddings.weight = table
+    if cfg.tie_embeddings:
+        spec.decoder.projection.weight = table / scale
+    else:
+        spec.decoder.projection.weight = w["lm_head.weight"]
+    if "logits.bias" in w:
+        spec.decoder.projection.bias = w["logits.bias"]
+    for i, layer in enumerate(spec.encoder.layer):
+        linear(layer.self_attention.linear[0], f"enc.{i}.attn.qkv")
+        linear(layer.self_attention.linear[1], f"enc.{i}.attn.out")
+        norm(layer.self_attention.layer_norm, f"enc.{i}.attn_norm")
+        linear(layer.ffn.linear_0, f"enc.{i}.ffn.up")
+        linear(layer.ffn.linear_1, f"enc.{i}.ffn.down")
+        norm(layer.ffn.layer_norm, f"enc.{i}.ffn_norm")
+    for i, layer in enumerate(spec.decoder.layer):
+        linear(layer.self_attention.linear[0], f"dec.{i}.attn.qkv")
+        linear(layer.self_attention.linear[1], f"dec.{i}.attn.out")
+        norm(layer.self_attention.layer_norm, f"dec.{i}.attn_norm")
+        linear(layer.attention.linear[0], f"dec.{i}.cross.q")
+        linear(layer.attention.linear[1], f"dec.{i}.cross.kv")  # packed K, V
+        linear(layer.attention.linear[2], f"dec.{i}.cross.out")
+        norm(layer.attention.layer_norm, f"dec.{i}.cross_norm")
+        linear(layer.ffn.linear_0, f"dec.{i}.ffn.up")
+        linear(layer.ffn.linear_1, f"dec.{i}.ffn.down")
+        norm(layer.ffn.layer_norm, f"dec.{i}.ffn_norm")
+    if cfg.norm == "pre":
+        norm(spec.encoder.layer_norm, "enc.final_norm")
+        norm(spec.decoder.layer_norm, "dec.final_norm")
+
+    target = package_vocab(pkg.path / TOKENIZER_FILE, cfg.vocab_size)
+    spec.register_source_vocabulary(package_vocab(pkg.source_tokenizer, cfg.vocab_size))
+    spec.register_target_vocabulary(target)
+    c = spec.config
+    c.bos_token = c.decoder_start_token = target[special.bos_id]  # the decoder starts with BOS
+    c.eos_token = target[special.eos_id]
+    c.unk_token = target[special.pad_id if special.unk_id is None else special.unk_id]
+    c.layer_norm_epsilon = cfg.layer_norm_eps
+    return spec
+
+
+def package_vocab(tokenizer: Path, vocab_size: int) -> list[str]:
+    """Token strings by id of a package's tokenizer (`<id N>` for an id it has no token for):
+    the words CTranslate2's vocabulary maps to the same ids."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer))
+    tokens = [tok.id_to_token(i) or f"<id {i}>" for i in range(vocab_size)]
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"{tokenizer}: its token strings are not unique")
+    return tokens
+
+
+def ct2_package_dir(package: Path, work: Path, int8: bool = False) -> Path:
+    """`package`'s fp32 weights converted to CTranslate2 (ct2_package_spec), stored as float32
+    or int8 (CTranslate2's own quantization, as ct2_dir): the ct2-* stacks of the frontier."""
+    import hashlib
+
+    from ..runtime.package import load_package
+
+    pkg = load_package(package, verify=False)
+    fp32 = pkg.variant("fp32")
+    sums = {f: pkg.config.files[f] for f in fp32.file_names if f in pkg.config.files}
+    key = {"package": str(Path(package).resolve()), "files": sums, "int8": int8, "v": 1}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+    def convert(path: Path) -> None:
+        spec = ct2_package_spec(Path(package))
+        spec.validate()
+        spec.optimize(quantization="int8" if int8 else None)
+        path.mkdir(parents=True)
+        spec.save(str(path))
+
+    name = f"ct2-package-{digest}-{'int8' if int8 else 'fp32'}"
+    return _cached(work / name, key, convert)
+
+
 # ---- onnxruntime-genai: a Llama of the LM shape, converted by its model builder ---------------
 
 LLAMA_SPECIALS = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2 (pad = unk, as many Llama tokenizers)

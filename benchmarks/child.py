@@ -22,8 +22,11 @@ Worker protocol: the child prints one JSON line when loaded ({"files": [...], "e
 each request line {"op": "generate", "ids": [[...]], "n": N}, {"op": "encode", "ids": ...},
 {"op": "file", "ids", "n", "batching": files.FileBatching fields} (Runner.translate_file) with
 {"ms": time of the call measured in the child, "out": token lists or null}, and {"op": "rss"}
-with {"rss_mb", "peak_rss_mb"}. Failures are {"error": "..."}. Only these lines go to the real
-stdout; anything a library prints goes to stderr.
+with {"rss_mb", "peak_rss_mb"}. The frontier's text calls (runners.TextPath; the hello line
+says "text": true): {"op": "texts", "texts", "beams"} -> {"ms", "out": translations},
+{"op": "sentences", "texts"} -> {"ms": [ms of each text alone], "out": translations},
+{"op": "text_file", "src", "out", "batching"} -> {"ms"}. Failures are {"error": "..."}. Only
+these lines go to the real stdout; anything a library prints goes to stderr.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def serve(job: Job) -> int:
             "files": [str(f) for f in runner.files],
             "encode": runner.encode is not None,
             "file": runner.translate_file is not None,
+            "text": runner.sentences_ms is not None,
             "start_rss_mb": base,
             "loaded_rss_mb": rss_mb(),
             "rss_delta_mb": peak_rss_mb() - base,
@@ -85,6 +89,9 @@ def serve(job: Job) -> int:
         try:
             if req["op"] == "rss":
                 reply({"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
+                continue
+            if req["op"] in ("texts", "sentences", "text_file"):
+                reply(_text_call(runner, req))
                 continue
             if req["op"] == "file":
                 if runner.translate_file is None:
@@ -104,6 +111,21 @@ def serve(job: Job) -> int:
         except Exception as e:
             reply({"error": f"{type(e).__name__}: {e}"})
     return 0
+
+
+def _text_call(runner: Runner, req: dict) -> dict:
+    """One of the frontier's text calls (see the module docstring)."""
+    if not (runner.translate_texts and runner.sentences_ms and runner.text_file_ms):
+        raise RuntimeError("this stack has no text path (runners.TextPath)")
+    if req["op"] == "texts":
+        t = time.perf_counter()
+        out = runner.translate_texts(req["texts"], req["beams"])
+        return {"ms": (time.perf_counter() - t) * 1e3, "out": out}
+    if req["op"] == "sentences":
+        ms, out = runner.sentences_ms(req["texts"])
+        return {"ms": ms, "out": out}
+    batching = FileBatching(**req["batching"])
+    return {"ms": runner.text_file_ms(Path(req["src"]), Path(req["out"]), batching)}
 
 
 def memory(job: Job) -> int:
@@ -212,6 +234,17 @@ class Worker:
         req = {"op": "file", "ids": ids, "n": n, "batching": dataclasses.asdict(batching)}
         return self._send(req)["ms"]
 
+    def translate_texts(self, texts: list[str], beams: int) -> list[str]:
+        return self._send({"op": "texts", "texts": texts, "beams": beams})["out"]
+
+    def sentences_ms(self, texts: list[str]) -> tuple[list[float], list[str]]:
+        msg = self._send({"op": "sentences", "texts": texts})
+        return msg["ms"], msg["out"]
+
+    def text_file_ms(self, src: Path, out: Path, batching: FileBatching) -> float:
+        req = {"op": "text_file", "src": str(src), "out": str(out)}
+        return self._send({**req, "batching": dataclasses.asdict(batching)})["ms"]
+
     def rss(self) -> dict:
         """The worker's current and peak RSS (MB)."""
         return self._send({"op": "rss"})
@@ -231,7 +264,15 @@ class Worker:
             close=self.close,
             rss=self.rss,
             translate_file=self.translate_file if self.hello.get("file") else None,
+            **(self._text_calls() if self.hello.get("text") else {}),
         )
+
+    def _text_calls(self) -> dict:
+        return {
+            "translate_texts": self.translate_texts,
+            "sentences_ms": self.sentences_ms,
+            "text_file_ms": self.text_file_ms,
+        }
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -5,9 +5,10 @@
     edgeformer bench --shapes lm --stacks edgeformer,ct2 --workloads W1,W3 --rounds 9
     edgeformer bench --package packages/shakespeare --checkpoint runs/shakespeare/best
     edgeformer bench --quality-ed packages/multi30k --quality-lm packages/shakespeare
+    edgeformer bench --frontier teacher=runs/m30k/package --frontier student=runs/kd/package
 
 Writes OUT/latest.json, OUT/latest.md and OUT/latest.png (OUT: --out, default runs/bench; see
-benchmarks/README.md).
+benchmarks/README.md), and OUT/latest-frontier.png with --frontier.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
     )
     p.add_argument(
         "--workloads",
-        default="W1,W2,W3,sweep,file",
+        default=None,
         help="W1,W2,W3,sweep,file (file: a test set through translate_file; none: quality only) "
-        "(default: all five)",
+        "(default: all five; none with --frontier)",
     )
     p.add_argument(
         "--stacks",
@@ -154,7 +155,17 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         "--quality-limit",
         type=int,
         default=None,
-        help="quality: first N sentences / windows (default: all)",
+        help="quality and --frontier: first N sentences / windows (default: all)",
+    )
+    p.add_argument(
+        "--frontier",
+        action="append",
+        default=[],
+        metavar="[NAME=]PACKAGE",
+        help="a translation package (repeat: one per recipe) for the quality / speed frontier: "
+        "test_2016_flickr BLEU (beam 5, lowercased) against ms/sentence at batch 1 and "
+        "sentences/s of the test file (greedy), per variant and CTranslate2 on its weights; NAME "
+        "labels the recipe (default: the folder's name; none)",
     )
 
 
@@ -185,6 +196,7 @@ def run(args) -> int:
 def bench(settings: Settings) -> int:
     """One benchmark run: every shape, every selected stack; writes the results."""
     t_start = time.time()
+    _check_out(settings)
     quiet_libraries()
     cuda = cuda_available()
     stacks = select_stacks(settings.stacks, cuda)
@@ -218,6 +230,10 @@ def bench(settings: Settings) -> int:
             _bench_shape(job, stacks, results)
         if settings.quality_ed or settings.quality_lm:
             results["quality"] = _quality(settings)
+        if settings.frontier:
+            from . import frontier
+
+            results["frontier"], results["frontier_skipped"] = frontier.run(settings, work, stacks)
     finally:
         if not settings.work:
             shutil.rmtree(work, ignore_errors=True)
@@ -227,6 +243,20 @@ def bench(settings: Settings) -> int:
     print(report.markdown(results))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+COMMITTED = Path(__file__).resolve().parent / "results"  # the committed results
+
+
+def _check_out(settings: Settings) -> None:
+    """A quick run (--quick, --quality-limit) never writes the committed results: they are
+    written only when named with --out, by a full run."""
+    quick = settings.quick or settings.quality_limit is not None
+    if quick and Path(settings.out).resolve() == COMMITTED:
+        raise SystemExit(
+            f"edgeformer bench: a quick run (--quick / --quality-limit) does not write the "
+            f"committed results {COMMITTED}; choose another --out"
+        )
 
 
 def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:

@@ -113,26 +113,9 @@ def markdown(results: dict) -> str:
         f"Versions: {vs}.",
         "",
         *_optimum_env_md(meta.get("optimum_env")),
-        "Greedy, forced output length (EOS ignored), random weights unless a package is named. "
-        "Same weights: every stack of a row runs one model, given the same token ids: ours "
-        "(edgeformer-torch, edgeformer-fp32/int8/int4) the edgeformer conversion of the Marian "
-        "/ GPT-2 model that hf-torch, Optimum and CTranslate2 run, and edgeformer-llama-* that "
-        "of the Llama onnxruntime-genai converts (with --package, ours run that trained model; "
-        "without transformers, a random model of their own). ms/token = total ÷ new tokens "
-        "(per decoding step, whole batch); decode = (total − TTFT) ÷ (new − 1); TTFT = the same "
-        "call with one new token; medians, min–max over interleaved rounds. agree = fraction "
-        "of tokens equal to the reference stack's (Marian / GPT-2 rows: hf-torch, HF PyTorch; "
-        "Llama rows: hf-torch-llama, the HF PyTorch Llama; ours with a --package: "
-        "edgeformer-torch; — where the reference did not run). size = the model files the "
-        "stack loads. RSS loaded = the stack's own process once loaded; RSS peak = "
-        + (
-            "a fresh process that loads the stack and runs each workload once (MB)."
-            if st["memory"] == "subprocess"
-            else "the stack's process after all its runs (MB), or +growth of peak RSS while "
-            "loading (+MB, --isolation none)."
-        ),
-        "",
     ]
+    if results["shapes"]:  # the workloads' protocol
+        lines += _protocol_md(st)
     for shape, cfg in results["shapes"].items():
         stacks = results["stacks"][shape]
         lines += [f"## {shape.upper()}: {_shape_line(cfg)}", ""]
@@ -181,12 +164,75 @@ def markdown(results: dict) -> str:
             for w, e in (s.get("errors") or {}).items():
                 lines.append(f"- {k} failed on {w}: {e}")
         lines.append("")
-    lines += _targets_md(results.get("targets") or {})
+    if results["shapes"]:  # the targets compare the workloads' stacks
+        lines += _targets_md(results.get("targets") or {})
     if results.get("profile"):
         lines += _profile_md(results["profile"], results.get("workloads", []))
     if results.get("quality"):
         lines += _quality_md(results["quality"])
+    if "frontier" in results:
+        lines += frontier_md(results["frontier"], results.get("frontier_skipped", []))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def frontier_md(points: list[dict], skipped: list[dict]) -> list[str]:
+    """The frontier's table: one row per recipe and stack (benchmarks/frontier.py)."""
+    lines = ["## Quality next to speed", ""]
+    if points:
+        p0 = points[0]
+        lines += [
+            f"BLEU: {p0['bleu_decoding']} ({p0['sentences']:,} sentences; cased beside it). "
+            f"Speed: {p0['speed_decoding']}, text in and out, {p0['threads']} threads, each "
+            "stack in its own process: ms/sentence = each sentence alone (batch 1), mean; "
+            "sentences/s = the whole file through the stack's batch path (ours translate_file, "
+            "CTranslate2 translate_batch), its best batching. greedy BLEU = the batch-1 "
+            "translations' (lowercased); = fp32 = the share of them equal to edgeformer-fp32's. "
+            "CTranslate2 runs the package's fp32 weights, converted (int8: its quantization).",
+            "",
+            "| recipe | stack | BLEU | BLEU cased | ms/sentence (batch 1) | sentences/s (file) "
+            "| best batching | greedy BLEU | = fp32 | size MB |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in points:
+            b = p["file_batching"]
+            batching = FileBatching(b["max_batch_size"], b["batch_type"], b["inter_threads"])
+            same = _f(p["same_as_fp32"], 3) if p["same_as_fp32"] is not None else "—"
+            lines.append(
+                f"| {p['recipe']} | {p['stack']} | **{_f(p['bleu'])}** | {_f(p['bleu_cased'])} "
+                f"| {_f(p['ms_per_sentence'])} | {_f(p['sentences_per_s'], 1)} "
+                f"| {batching.describe()} | {_f(p['bleu_greedy'])} | {same} "
+                f"| {_f(p['size_mb'])} |"
+            )
+        lines.append("")
+    else:
+        lines += ["No point was measured.", ""]
+    lines += [f"- skipped {s['recipe']} {s['stack']}: {s['reason']}" for s in skipped]
+    return lines + ([""] if skipped else [])
+
+
+def _protocol_md(st: dict) -> list[str]:
+    """The paragraph on the workloads' protocol."""
+    return [
+        "Greedy, forced output length (EOS ignored), random weights unless a package is named. "
+        "Same weights: every stack of a row runs one model, given the same token ids: ours "
+        "(edgeformer-torch, edgeformer-fp32/int8/int4) the edgeformer conversion of the Marian "
+        "/ GPT-2 model that hf-torch, Optimum and CTranslate2 run, and edgeformer-llama-* that "
+        "of the Llama onnxruntime-genai converts (with --package, ours run that trained model; "
+        "without transformers, a random model of their own). ms/token = total ÷ new tokens "
+        "(per decoding step, whole batch); decode = (total − TTFT) ÷ (new − 1); TTFT = the same "
+        "call with one new token; medians, min–max over interleaved rounds. agree = fraction "
+        "of tokens equal to the reference stack's (Marian / GPT-2 rows: hf-torch, HF PyTorch; "
+        "Llama rows: hf-torch-llama, the HF PyTorch Llama; ours with a --package: "
+        "edgeformer-torch; — where the reference did not run). size = the model files the "
+        "stack loads. RSS loaded = the stack's own process once loaded; RSS peak = "
+        + (
+            "a fresh process that loads the stack and runs each workload once (MB)."
+            if st["memory"] == "subprocess"
+            else "the stack's process after all its runs (MB), or +growth of peak RSS while "
+            "loading (+MB, --isolation none)."
+        ),
+        "",
+    ]
 
 
 def _optimum_env_md(env: dict | None) -> list[str]:
@@ -422,7 +468,87 @@ def write(results: dict, out: Path, name: str = "latest") -> list[Path]:
     paths[0].write_text(json.dumps(results, indent=1, default=str) + "\n")
     paths[1].write_text(markdown(results))
     png = plot(results, out / f"{name}.png")
-    return paths + ([png] if png else [])
+    paths += [png] if png else []
+    if results.get("frontier"):
+        png = frontier_plot(results, out / f"{name}-frontier.png")
+        paths += [png] if png else []
+    return paths
+
+
+def pareto(xy: list[tuple[float, float]], faster_is_lower: bool) -> list[tuple[float, float]]:
+    """The (speed, BLEU) points that no other point beats on both, fastest first."""
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(xy, key=lambda p: (p[0] if faster_is_lower else -p[0], -p[1])):
+        if not front or y > front[-1][1]:
+            front.append((x, y))
+    return front
+
+
+FRONTIER_MARKERS = {"fp32": "o", "int8": "s", "int4": "^", "int8-dynamic": "D"}
+PEER_MARKERS = {"fp32": "P", "int8": "X"}  # CTranslate2's
+
+
+def frontier_plot(results: dict, path: Path) -> Path | None:
+    """Two panels: BLEU against ms/sentence at batch 1 (log x) and against sentences/s of the
+    file (log x); a marker per stack, a colour per recipe."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    except ImportError:
+        return None
+    points = results["frontier"]
+    recipes = list(dict.fromkeys(p["recipe"] for p in points))
+    stacks = list(dict.fromkeys(p["stack"] for p in points))
+    colours = {r: f"C{i % 10}" for i, r in enumerate(recipes)}
+
+    def marker(p: dict) -> str:
+        table = PEER_MARKERS if p["engine"] == "ctranslate2" else FRONTIER_MARKERS
+        return table.get(p["variant"], "*")
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    panels = (
+        ("ms_per_sentence", "ms per sentence, batch 1 (lower is better)"),
+        ("sentences_per_s", "sentences/s, whole test file (higher is better)"),
+    )
+    for ax, (key, label) in zip(axes, panels):
+        for p in points:
+            ax.scatter(p[key], p["bleu"], marker=marker(p), s=60, color=colours[p["recipe"]],
+                       edgecolors="black", linewidths=0.5, zorder=3)  # fmt: skip
+        for r in recipes:  # the recipe's Pareto front: no point both faster and better
+            front = pareto([(p[key], p["bleu"]) for p in points if p["recipe"] == r],
+                           faster_is_lower=key == "ms_per_sentence")  # fmt: skip
+            ax.step([x for x, _ in front], [y for _, y in front], where="post",
+                    color=colours[r], alpha=0.5, linestyle="--", zorder=2)  # fmt: skip
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(label)
+        ax.set_ylabel("BLEU (beam 5, lowercased)")
+        ax.grid(True, which="both", alpha=0.3)
+    p0 = points[0]
+    axes[0].set_title(f"BLEU vs latency ({p0['speed_decoding'].split(' (')[0]})")
+    axes[1].set_title(f"BLEU vs file throughput ({p0['speed_decoding'].split(' (')[0]})")
+    by_stack = {p["stack"]: p for p in points}
+    handles = [Line2D([], [], linestyle="", marker=marker(by_stack[s]), color="grey",
+                      markeredgecolor="black", label=s) for s in stacks]  # fmt: skip
+    handles += [Line2D([], [], linestyle="--", marker="o", color=colours[r],
+                       label=f"{r} (dashed: its Pareto front)") for r in recipes]  # fmt: skip
+    axes[1].legend(handles=handles, fontsize=7, loc="best")
+    meta = results["meta"]
+    fig.suptitle(
+        f"Quality next to speed · {p0['sentences']:,} sentences of {p0['bleu_decoding']} · "
+        f"speed: {p0['speed_decoding']} · {meta['cpu']} · {meta['threads']} threads",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot(results: dict, path: Path) -> Path | None:

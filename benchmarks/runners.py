@@ -41,6 +41,57 @@ class Runner:
     close: Callable[[], None] | None = None
     rss: Callable[[], dict] | None = None  # the stack's process: {"rss_mb", "peak_rss_mb"}
     translate_file: Callable[[list[list[int]], int, FileBatching], float] | None = None
+    # the frontier, on a trained package's text (TextPath): translations, (ms of each text
+    # alone, translations), ms of a text file; timed in the stack's process
+    translate_texts: Callable[[list[str], int], list[str]] | None = None  # (texts, beams)
+    sentences_ms: Callable[[list[str]], tuple[list[float], list[str]]] | None = None
+    text_file_ms: Callable[[Path, Path, FileBatching], float] | None = None
+
+
+@dataclass
+class TextPath:
+    """A stack's text-in, text-out calls on a trained package (the frontier):
+
+    translate(texts, beams)   translations in sub-batches of TEXT_BATCH (beams 1: greedy)
+    one(text)                 one text alone, greedy: the batch-1 request of a user
+    file(src, out, batching)  a text file translated into `out`, greedy, by the stack's batch
+                              path (ours: Translator.translate_file)
+
+    Each decodes to EOS, with at most the model's positions (max_len new tokens), sources cut
+    to max_len tokens with EOS (truncate)."""
+
+    translate: Callable[[list[str], int], list[str]]
+    one: Callable[[str], str]
+    file: Callable[[Path, Path, FileBatching], None]
+
+    def attach(self, r: Runner) -> Runner:
+        """`r` with the calls of this path (timed here: in the stack's process)."""
+        r.translate_texts = self.translate
+        r.sentences_ms, r.text_file_ms = self.sentences_ms, self.file_ms
+        return r
+
+    def sentences_ms(self, texts: list[str]) -> tuple[list[float], list[str]]:
+        """(ms of each text translated alone, the translations)."""
+        times, outs = [], []
+        for text in texts:
+            t = time.perf_counter()
+            outs.append(self.one(text))
+            times.append((time.perf_counter() - t) * 1e3)
+        return times, outs
+
+    def file_ms(self, src: Path, out: Path, batching: FileBatching) -> float:
+        """ms of translating the file `src` into `out` (checked: one line per source line)."""
+        t = time.perf_counter()
+        self.file(src, out, batching)
+        ms = (time.perf_counter() - t) * 1e3
+        want = src.read_text(encoding="utf-8").count("\n")
+        lines = out.read_text(encoding="utf-8").count("\n")
+        if lines != want:
+            raise RuntimeError(f"translated {lines} lines of {want}")
+        return ms
+
+
+TEXT_BATCH = 32  # sentences per sub-batch of TextPath.translate (the quality pass)
 
 
 def file_timer(vocab: list[str], translate: Callable[[Path, Path, int, FileBatching], None]):
@@ -182,20 +233,35 @@ def load_our_runtime(
 
     parallel: dict[int, Translator] = {}  # inter_threads > 1: a translator with threads / inter
 
-    def translate_file(src: Path, out: Path, n: int, b: FileBatching):
+    def translator(inter: int = 1) -> Translator:
+        """The stack's translator, or one that runs `inter` sub-batches at once."""
         assert isinstance(rt, Translator)  # set on encoder-decoder shapes only
-        t = rt
-        if b.inter_threads > 1:
-            if b.inter_threads not in parallel:
-                parallel[b.inter_threads] = Translator(
-                    pkg_path, variant=variant, provider="cpu", spinning=job.settings.spinning,
-                    threads=max(1, job.threads // b.inter_threads), inter_threads=b.inter_threads,
-                )  # fmt: skip
-            t = parallel[b.inter_threads]
-        t.translate_file(
+        if inter == 1:
+            return rt
+        if inter not in parallel:
+            parallel[inter] = Translator(
+                pkg_path, variant=variant, provider="cpu", spinning=job.settings.spinning,
+                threads=max(1, job.threads // inter), inter_threads=inter,
+            )  # fmt: skip
+        return parallel[inter]
+
+    def translate_file(src: Path, out: Path, n: int, b: FileBatching):
+        translator(b.inter_threads).translate_file(
             src, out, b.max_batch_size, b.batch_type, progress=False, max_new_tokens=n,
             ignore_eos=True,
         )  # fmt: skip
+
+    def text_file(src: Path, out: Path, b: FileBatching):
+        translator(b.inter_threads).translate_file(
+            src, out, b.max_batch_size, b.batch_type, truncate=True, progress=False, num_beams=1
+        )
+
+    def translate_texts(texts: list[str], beams: int) -> list[str]:
+        found = translator().translate_iterable(texts, TEXT_BATCH, truncate=True, num_beams=beams)
+        return list(found)
+
+    def one(text: str) -> str:
+        return translator().translate_batch([text], truncate=True, num_beams=1)[0]
 
     r = Runner(generate, encode, variant_files(pkg, variant))
     if job.shape.is_ed:
@@ -203,6 +269,7 @@ def load_our_runtime(
             rt.model.tokenizer.id_to_token(i) or "" for i in range(pkg.config.model.vocab_size)
         ]
         r.translate_file = file_timer(words, translate_file)
+        TextPath(translate_texts, one, text_file).attach(r)
     return r
 
 
@@ -298,6 +365,8 @@ def load_optimum(job: Job, int8: bool) -> Runner:
 def load_ct2(job: Job, int8: bool) -> Runner:
     import ctranslate2
 
+    if job.frontier:
+        return load_ct2_package(job, int8)
     path = artifacts.ct2_dir(job.shape, job.work, int8=int8)
     vocab = artifacts.hf_vocab(job.shape)
     index = {t: i for i, t in enumerate(vocab)}
@@ -346,6 +415,65 @@ def load_ct2(job: Job, int8: bool) -> Runner:
     if job.shape.is_ed:
         r.translate_file = file_timer(vocab, translate_file)
     return r
+
+
+def load_ct2_package(job: Job, int8: bool) -> Runner:
+    """CTranslate2 on the conversion of the job's package's own weights (the frontier): text in
+    and out through the package's tokenizers, as our runtime (sources cut to max_len tokens with
+    EOS, up to max_len new tokens, padding and BOS never chosen)."""
+    import ctranslate2
+    from tokenizers import Tokenizer
+
+    from edgeformer.core.format import TOKENIZER_FILE
+
+    from ..runtime.package import load_package
+
+    assert job.package is not None  # a frontier job runs a package
+    pkg = load_package(job.package, verify=False)
+    cfg, special = pkg.config.model, pkg.config.special_tokens
+    path = artifacts.ct2_package_dir(job.package, job.work, int8=int8)
+    source = Tokenizer.from_file(str(pkg.source_tokenizer))
+    target = Tokenizer.from_file(str(pkg.path / TOKENIZER_FILE))
+    vocab = artifacts.package_vocab(pkg.path / TOKENIZER_FILE, cfg.vocab_size)
+    index = {t: i for i, t in enumerate(vocab)}
+    eos = artifacts.package_vocab(pkg.source_tokenizer, cfg.vocab_size)[special.eos_id]
+    banned = [[vocab[special.pad_id]], [vocab[special.bos_id]]]
+    kw = dict(device="cpu", compute_type="int8" if int8 else "float32", inter_threads=1)
+    translators = {1: ctranslate2.Translator(str(path), **kw, intra_threads=job.threads)}
+
+    def translator(inter: int) -> ctranslate2.Translator:
+        if inter not in translators:
+            threads = max(1, job.threads // inter)
+            options = kw | dict(inter_threads=inter, intra_threads=threads)
+            translators[inter] = ctranslate2.Translator(str(path), **options)
+        return translators[inter]
+
+    def translate(texts: list[str], beams: int, b: FileBatching | None = None) -> list[str]:
+        b = b or FileBatching(TEXT_BATCH)
+        enc = source.encode_batch(texts, add_special_tokens=False)
+        res = translator(b.inter_threads).translate_batch(
+            [e.tokens[: cfg.max_len - 1] + [eos] for e in enc], max_batch_size=b.max_batch_size,
+            batch_type=b.batch_type, beam_size=beams, max_decoding_length=cfg.max_len,
+            suppress_sequences=banned,
+        )  # fmt: skip
+        ids = [[index[t] for t in r.hypotheses[0]] for r in res]
+        return target.decode_batch(ids, skip_special_tokens=True)
+
+    def one(text: str) -> str:
+        return translate([text], 1, FileBatching(1))[0]
+
+    def file(src: Path, out: Path, b: FileBatching) -> None:
+        lines = src.read_text(encoding="utf-8").splitlines()
+        out.write_text("".join(t + "\n" for t in translate(lines, 1, b)), encoding="utf-8")
+
+    def generate(ids, n):  # the package's ids, forced length (not a frontier measure)
+        res = translators[1].translate_batch(
+            [[vocab[i] for i in r] for r in ids], beam_size=1, max_decoding_length=n,
+            min_decoding_length=n,
+        )  # fmt: skip
+        return [[index[t] for t in r.hypotheses[0]] for r in res]
+
+    return TextPath(translate, one, file).attach(Runner(generate, None, [path / "model.bin"]))
 
 
 # ---- onnxruntime-genai -------------------------------------------------------------------------

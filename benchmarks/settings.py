@@ -27,6 +27,7 @@ DEFAULT_OUT = "runs/bench"
 SPINNING = {"default": None, "on": True, "off": False}
 MEMORY_MODES = ("subprocess", "delta", "off")
 ISOLATION_MODES = ("process", "none")
+DEFAULT_WORKLOADS = "W1,W2,W3,sweep,file"
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Settings:
     quality_limit: int | None = None
     # the optimum-* stacks' interpreter (Optimum's own environment: optimum_env); None: this one
     optimum_python: str | None = None
+    # translation packages for the quality / speed frontier, "PATH" or "NAME=PATH" (frontier.py)
+    frontier: tuple[str, ...] = ()
 
     def __post_init__(self):
         for w in self.workloads:
@@ -76,10 +79,12 @@ class Settings:
         """From `edgeformer bench`'s parsed arguments (benchmarks.cli.add_arguments)."""
         q = args.quick
         sweep = tuple(int(b) for b in _csv(args.sweep_batches or ""))
+        # --frontier alone runs only the frontier; --workloads adds the speed workloads
+        workloads = args.workloads or ("none" if args.frontier else DEFAULT_WORKLOADS)
         return cls(
             quick=q,
             shapes=tuple(_csv(args.shapes)),
-            workloads=tuple(w for w in _csv(args.workloads) if w.lower() != "none"),
+            workloads=tuple(w for w in _csv(workloads) if w.lower() != "none"),
             stacks=args.stacks,
             threads=args.threads,
             rounds=args.rounds or (2 if q else 7),
@@ -99,6 +104,7 @@ class Settings:
             quality_checkpoint=args.quality_checkpoint,
             quality_limit=args.quality_limit,
             optimum_python=optimum_env.resolve(args.optimum_python),
+            frontier=tuple(args.frontier),
         )
 
     def to_dict(self) -> dict:
@@ -135,6 +141,9 @@ class Job:
     checkpoint: Path | None = None  # its checkpoint, if given
     variants: tuple[str, ...] = ("fp32",)  # package variants to export (random weights)
     workloads: tuple[tuple[int, int, int], ...] = field(default=())  # (batch, length, new)
+    # a frontier job (frontier.py): the stack translates text with `package`; the ct2-* stacks
+    # run the conversion of that package's weights (artifacts.ct2_package_dir)
+    frontier: bool = False
 
     @property
     def threads(self) -> int:
@@ -154,6 +163,7 @@ class Job:
                 "checkpoint": str(self.checkpoint) if self.checkpoint else None,
                 "variants": list(self.variants),
                 "workloads": [list(w) for w in self.workloads],
+                "frontier": self.frontier,
             }
         )
 
@@ -170,6 +180,7 @@ class Job:
             checkpoint=Path(d["checkpoint"]) if d["checkpoint"] else None,
             variants=tuple(d["variants"]),
             workloads=tuple(tuple(w) for w in d["workloads"]),
+            frontier=d.get("frontier", False),
         )
 
 

@@ -1,0 +1,255 @@
+"""Quality next to speed (`edgeformer bench --frontier [NAME=]PACKAGE ...`): one point per
+trained translation package (a recipe: a teacher, a distilled student, ...) and stack, for every
+variant the package has among VARIANTS and for CTranslate2 on the same weights (PEERS: the
+package's fp32 weights converted, artifacts.ct2_package_dir), each stack in its own process
+(--isolation), with --threads threads:
+
+- bleu: Multi30k test_2016_flickr BLEU of the stack's own translations, beam 5, lowercased
+  sacreBLEU (core.metrics.bleu_scores' bleu_lc: the README's protocol); bleu_cased beside it;
+- ms_per_sentence: each test sentence translated alone (batch 1), text in, text out, greedy to
+  its EOS; the mean over the sentences, timed in the stack's process, in turns of LATENCY_TURN
+  sentences that rotate between the stacks (as measure.turns), a settle pause before each;
+- sentences_per_s: the whole test file through the stack's batch path (ours:
+  Translator.translate_file; CTranslate2: translate_batch with its max_batch_size / batch_type,
+  the package's tokenizers around it), greedy to EOS, every batching of files.CANDIDATES (--quick:
+  QUICK_CANDIDATES) interleaved between the stacks, twice (--quick: once): the stack's best, as
+  the `file` workload. Unlike that workload (random weights: forced length), a trained model
+  decides its output lengths, so each point also gives its greedy BLEU and how many greedy
+  translations equal edgeformer-fp32's (the same work where they are equal).
+
+Both speeds decode the same way (SPEED_DECODING); --quality-limit N uses the first N sentences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from . import artifacts, files, measure, quality
+from .child import Worker
+from .files import FileBatching
+from .runners import Runner
+from .settings import Job, Settings
+from .shapes import Shape
+from .stacks import Stack, get_stack
+
+VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")  # the package's, where it has them
+PEERS = ("ct2-fp32", "ct2-int8")
+PEER_NEEDS = ("ctranslate2", "onnx")  # onnx: reading the package's weights
+SPLIT = "test_2016_flickr"
+BEAMS = 5
+BLEU_DECODING = f"beam {BEAMS}, lowercased sacreBLEU (13a), Multi30k {SPLIT}"
+SPEED_DECODING = "greedy (num_beams 1) to EOS, at most max_len new tokens"
+LATENCY_TURN = 25  # sentences per turn of the batch-1 timing
+WARMUP_SENTENCES = 2
+
+
+def parse_spec(spec: str) -> tuple[str, Path]:
+    """(recipe, package) of a --frontier argument: NAME=PATH, or PATH named after its folder
+    (its parent's for a folder named `package`: edgeformer train's runs/NAME/package)."""
+    name, sep, path = spec.partition("=")
+    if sep and name and path and "/" not in name:
+        return name, Path(path)
+    p = Path(spec).resolve()
+    return (p.parent.name if p.name == "package" else p.name), Path(spec)
+
+
+def frontier_stacks(variants: list[str], selected: list[Stack]) -> list[Stack]:
+    """The frontier's stacks of one package among the selected ones (--stacks)."""
+    names = [f"edgeformer-{v}" for v in VARIANTS if v in variants] + list(PEERS)
+    chosen = {s.name for s in selected}
+    return [get_stack(n) for n in names if n in chosen]
+
+
+def run(settings: Settings, work: Path, selected: list[Stack]) -> tuple[list[dict], list[dict]]:
+    """(points, skipped stacks) of every --frontier package."""
+    recipes = [parse_spec(s) for s in settings.frontier]
+    names = [r for r, _ in recipes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--frontier: two packages have the same recipe name in {names}; "
+                         "name them: --frontier NAME=PATH")  # fmt: skip
+    points: list[dict] = []
+    skipped: list[dict] = []
+    for recipe, path in recipes:
+        p, s = _recipe(recipe, path, settings, work, selected)
+        points += p
+        skipped += s
+    return points, skipped
+
+
+def _recipe(recipe: str, path: Path, settings: Settings, work: Path, selected: list[Stack]):
+    from ..runtime.package import load_package
+
+    pkg = load_package(path)
+    if pkg.family != "encoder-decoder":
+        raise ValueError(f"--frontier {path}: not a translation (encoder-decoder) package")
+    src_lang, tgt_lang = quality.direction(path)
+    sources = quality.multi30k(SPLIT, src_lang, settings.quality_limit)
+    refs = quality.multi30k(SPLIT, tgt_lang, settings.quality_limit)
+    job = Job("", Shape("ed", pkg.config.model), work, settings, package=path, frontier=True)
+    print(f"== frontier: {recipe} ({path}), {len(sources)} sentences {src_lang}-{tgt_lang}")
+    runners: dict[str, Runner] = {}
+    stacks: dict[str, Stack] = {}
+    skipped: list[dict] = []
+    for s in frontier_stacks(pkg.variants, selected):
+        try:
+            if s.name in PEERS:
+                missing = [m for m in PEER_NEEDS if not artifacts.installed(m)]
+                if missing:
+                    raise RuntimeError(f"not installed: {', '.join(missing)}")
+                artifacts.ct2_package_dir(path, work, int8=s.precision == "int8")
+            r = _open(s, job.with_stack(s.name))
+            if r.sentences_ms is None:
+                raise RuntimeError("no text path")
+            runners[s.name], stacks[s.name] = r, s
+        except Exception as e:  # reported, not fatal
+            skipped.append({"recipe": recipe, "stack": s.name, "reason": _err(e)})
+    try:
+        found = _measure(runners, sources, refs, settings)
+    finally:
+        for r in runners.values():
+            if r.close:
+                r.close()
+    for name, reason in found.pop("_failed").items():
+        skipped.append({"recipe": recipe, "stack": name, "reason": reason})
+    for skip in skipped:
+        print(f"  skip {skip['stack']}: {skip['reason']}")
+    greedy = found["greedy"]
+    fp32 = greedy.get("edgeformer-fp32")
+    points = []
+    for name in found["bleu"]:
+        s, outs = stacks[name], greedy[name]
+        best = found["file"][name]
+        points.append(
+            {
+                "recipe": recipe,
+                "package": str(path),
+                "stack": name,
+                "engine": "ctranslate2" if name in PEERS else "edgeformer",
+                "variant": s.variant or s.precision,
+                "bleu": found["bleu"][name]["bleu_lc"],
+                "bleu_cased": found["bleu"][name]["bleu"],
+                "bleu_decoding": BLEU_DECODING,
+                "ms_per_sentence": statistics.fmean(found["ms"][name]),
+                "sentences_per_s": files.sentences_per_s(len(sources), best["ms"]),
+                "file_batching": {k: v for k, v in best.items() if k != "ms"},
+                "speed_decoding": SPEED_DECODING,
+                "sentences": len(sources),
+                "bleu_greedy": _bleu_lc(outs, refs),
+                "same_as_fp32": (
+                    sum(a == b for a, b in zip(outs, fp32)) / len(outs) if fp32 else None
+                ),
+                "size_mb": round(artifacts.dir_size(runners[name].files) / 2**20, 2),
+                "threads": settings.threads,
+            }
+        )
+        p = points[-1]
+        print(f"  {name:<24} BLEU {p['bleu']:6.2f}  {p['ms_per_sentence']:8.2f} ms/sentence  "
+              f"{p['sentences_per_s']:8.1f} sentences/s")  # fmt: skip
+    return points, skipped
+
+
+def _open(s: Stack, job: Job) -> Runner:
+    """The stack's runner: in a process of its own (--isolation process), else loaded here."""
+    if job.settings.isolation == "process":
+        return Worker(job).runner()
+    return s.load(job)
+
+
+def _bleu_lc(hyps: list[str], refs: list[str]) -> float:
+    from edgeformer.core.metrics import bleu_scores
+
+    return bleu_scores(hyps, refs)["bleu_lc"]
+
+
+def _measure(runners: dict[str, Runner], sources: list[str], refs: list[str], settings) -> dict:
+    """{"bleu": {stack: bleu_scores}, "ms": {stack: [ms per sentence]}, "greedy": {stack:
+    [translation]}, "file": {stack: best run}, "_failed": {stack: reason}} for the stacks that
+    did every part; a stack that fails is dropped with its reason."""
+    from edgeformer.core.metrics import bleu_scores
+
+    live = dict(runners)
+    failed: dict[str, str] = {}
+
+    def attempt(name: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            failed[name] = _err(e)
+            live.pop(name, None)
+            print(f"  {name} failed: {failed[name]}")
+            return None
+
+    bleu: dict[str, dict] = {}
+    for name, r in list(live.items()):  # quality: not timed
+        assert r.translate_texts is not None
+        t = time.perf_counter()
+        hyps = attempt(name, r.translate_texts, sources, BEAMS)
+        if hyps is not None:
+            bleu[name] = bleu_scores(hyps, refs)
+            print(f"  BLEU {name:<24} {bleu[name]['bleu_lc']:6.2f} (beam {BEAMS}, lowercased; "
+                  f"{time.perf_counter() - t:.1f} s)")  # fmt: skip
+
+    n = len(sources)
+    ms: dict[str, list[float]] = {k: [] for k in live}
+    greedy: dict[str, list[str]] = {k: [] for k in live}
+    for name, r in list(live.items()):
+        assert r.sentences_ms is not None
+        attempt(name, r.sentences_ms, sources[:WARMUP_SENTENCES])  # warm-up, untimed
+    t = time.perf_counter()
+    starts = range(0, n, LATENCY_TURN)
+    for turn, start in enumerate(starts):
+        names = list(live)
+        k = turn % max(len(names), 1)
+        for name in names[k:] + names[:k]:
+            if name not in live:
+                continue
+            time.sleep(measure.SETTLE_S)
+            got = attempt(name, live[name].sentences_ms, sources[start : start + LATENCY_TURN])
+            if got is not None:
+                ms[name] += got[0]
+                greedy[name] += got[1]
+
+    print(f"  batch 1: {n} sentences per stack, {len(live)} stacks "
+          f"({time.perf_counter() - t:.0f} s)")  # fmt: skip
+    t = time.perf_counter()
+    best: dict[str, dict] = {}
+    candidates = files.QUICK_CANDIDATES if settings.quick else files.CANDIDATES
+    with tempfile.TemporaryDirectory(prefix="edgeformer-frontier-") as d:
+        src, warm = Path(d) / "src.txt", Path(d) / "warm.txt"
+        src.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+        warm.write_text("".join(s + "\n" for s in sources[:32]), encoding="utf-8")
+        for name, r in list(live.items()):  # warm-up (and load) each inter_threads, untimed
+            assert r.text_file_ms is not None
+            for inter in sorted({c.inter_threads for c in candidates}):
+                batching = FileBatching(32, inter_threads=inter)
+                attempt(name, r.text_file_ms, warm, Path(d) / f"{name}.txt", batching)
+        runs: dict[str, list[dict]] = {k: [] for k in live}
+        for _ in range(1 if settings.quick else 2):
+            for b in candidates:
+                for name in list(live):
+                    time.sleep(measure.SETTLE_S)
+                    out = Path(d) / f"{name}.txt"
+                    t = attempt(name, live[name].text_file_ms, src, out, b)
+                    if t is not None:
+                        runs[name].append({**dataclasses.asdict(b), "ms": t})
+        for name in live:
+            best[name] = min(runs[name], key=lambda row: row["ms"])
+    print(f"  file: {len(candidates)} batchings x {1 if settings.quick else 2} per stack "
+          f"({time.perf_counter() - t:.0f} s)")  # fmt: skip
+    done = [k for k in live if k in bleu and len(ms[k]) == n]
+    return {
+        "bleu": {k: bleu[k] for k in done},
+        "ms": {k: ms[k] for k in done},
+        "greedy": {k: greedy[k] for k in done},
+        "file": {k: best[k] for k in done},
+        "_failed": failed,
+    }
+
+
+def _err(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0][:300] if msg else ''}"

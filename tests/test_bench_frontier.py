@@ -1,0 +1,125 @@
+"""`edgeformer bench --frontier`: quality next to speed on a tiny exported package (every variant,
+and CTranslate2 on its converted weights when ctranslate2 is installed): the JSON's points, the
+markdown table, the two-panel PNG; the conversion's exactness; the recipe labels, the Pareto
+front, and the rule that a quick run never writes the committed results."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgeformer.benchmarks import report
+from edgeformer.benchmarks.cli import COMMITTED, add_arguments
+from edgeformer.benchmarks.frontier import PEERS, VARIANTS, parse_spec
+from edgeformer.benchmarks.settings import Settings
+from edgeformer.runtime.cli import main
+
+HAVE_CT2 = all(importlib.util.find_spec(m) is not None for m in ("ctranslate2", "onnx"))
+SENTENCES = 6
+
+
+@pytest.fixture(scope="module")
+def translation_package(ed_package, tmp_path_factory):
+    """The session's tiny encoder-decoder package (every variant) as an en-de translator: its
+    config.json names the direction the frontier reads (the checkpoint fixture has none)."""
+    out = tmp_path_factory.mktemp("frontier") / "tiny"
+    shutil.copytree(ed_package, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["task"] = {"kind": "translation", "src_lang": "en", "tgt_lang": "de"}
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def test_frontier_points_table_and_plot(translation_package, tmp_path):
+    out = tmp_path / "results"
+    argv = ["bench", "--frontier", f"tiny={translation_package}", "--quick", "--threads", "1"]
+    argv += ["--quality-limit", str(SENTENCES), "--out", str(out), "--work", str(tmp_path / "w")]
+    assert main(argv) == 0
+
+    res = json.loads((out / "latest.json").read_text())
+    assert res["settings"]["workloads"] == [] and res["workloads"] == []  # --frontier alone
+    points = {p["stack"]: p for p in res["frontier"]}
+    want = [f"edgeformer-{v}" for v in VARIANTS] + (list(PEERS) if HAVE_CT2 else [])
+    assert sorted(points) == sorted(want), res.get("frontier_skipped")
+    assert res["frontier_skipped"] == []
+    for name, p in points.items():
+        assert p["recipe"] == "tiny" and p["package"] == str(translation_package)
+        assert p["variant"] == name.split("-", 1)[1]
+        assert p["engine"] == ("ctranslate2" if name in PEERS else "edgeformer")
+        assert p["sentences"] == SENTENCES
+        assert 0 <= p["bleu"] <= 100 and 0 <= p["bleu_cased"] <= 100, p
+        assert 0 <= p["bleu_greedy"] <= 100
+        assert p["ms_per_sentence"] > 0 and p["sentences_per_s"] > 0, p
+        assert "beam 5" in p["bleu_decoding"] and "lowercased" in p["bleu_decoding"]
+        assert p["speed_decoding"].startswith("greedy")
+        assert p["file_batching"]["max_batch_size"] == 32 and p["size_mb"] > 0
+        assert p["threads"] == 1
+        assert 0 <= p["same_as_fp32"] <= 1
+    assert points["edgeformer-fp32"]["same_as_fp32"] == 1.0
+    if HAVE_CT2:  # the same weights, float32: the same greedy translations and beam BLEU
+        assert points["ct2-fp32"]["same_as_fp32"] == 1.0
+        assert points["ct2-fp32"]["bleu"] == points["edgeformer-fp32"]["bleu"]
+
+    md = (out / "latest.md").read_text()
+    assert "## Quality next to speed" in md and "beam 5, lowercased" in md
+    for name in want:
+        assert f"| tiny | {name} | **" in md
+    assert "## Targets" not in md  # no workload ran: nothing to compare
+    png = out / "latest-frontier.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.skipif(not HAVE_CT2, reason="ctranslate2 not installed")
+def test_ct2_conversion_of_a_package_gives_our_greedy_ids(translation_package, tmp_path):
+    """CTranslate2 on the package's fp32 weights decodes what our runtime's fp32 decodes."""
+    import ctranslate2
+
+    from edgeformer.benchmarks import artifacts
+    from edgeformer.core.decoding import GenerationOptions
+    from edgeformer.runtime import Translator
+
+    path = artifacts.ct2_package_dir(translation_package, tmp_path)
+    vocab = artifacts.package_vocab(translation_package / "tokenizer.json", 200)
+    ours = Translator(translation_package, variant="fp32", threads=1)
+    eos = ours.model.eos_id
+    sources = [[5 + (7 * i + j) % 150 for j in range(3 + i)] + [eos] for i in range(6)]
+    want = ours.translate_ids(sources, GenerationOptions(max_new_tokens=12, ignore_eos=True))
+    ct2 = ctranslate2.Translator(str(path), device="cpu", intra_threads=1)
+    banned = [[vocab[i]] for i in ours.banned_ids]  # padding and BOS, never chosen by ours
+    res = ct2.translate_batch(
+        [[vocab[i] for i in s] for s in sources], beam_size=1, max_decoding_length=12,
+        min_decoding_length=12, suppress_sequences=banned,
+    )  # fmt: skip
+    index = {t: i for i, t in enumerate(vocab)}
+    assert [[index[t] for t in r.hypotheses[0]] for r in res] == want
+
+
+def test_recipe_names_and_pareto_front():
+    assert parse_spec("student=runs/kd/package") == ("student", Path("runs/kd/package"))
+    assert parse_spec("runs/m30k/package") == ("m30k", Path("runs/m30k/package"))
+    assert parse_spec("packages/teacher") == ("teacher", Path("packages/teacher"))
+    # lower ms is faster; higher sentences/s is faster: the points no other beats on both
+    xy = [(1.0, 10.0), (2.0, 12.0), (3.0, 11.0), (0.5, 5.0)]
+    assert report.pareto(xy, faster_is_lower=True) == [(0.5, 5.0), (1.0, 10.0), (2.0, 12.0)]
+    assert report.pareto(xy, faster_is_lower=False) == [(3.0, 11.0), (2.0, 12.0)]
+
+
+def test_frontier_settings_and_committed_results_rule(tmp_path):
+    from edgeformer.benchmarks.cli import bench
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    s = Settings.from_args(p.parse_args(["--frontier", "a=x", "--frontier", "y"]))
+    assert s.frontier == ("a=x", "y") and s.workloads == ()  # the frontier alone by default
+    s = Settings.from_args(p.parse_args(["--frontier", "x", "--workloads", "W1"]))
+    assert s.workloads == ("W1",)
+    assert Settings.from_dict(s.to_dict()) == s
+    for quick in (["--quick"], ["--quality-limit", "5"]):
+        args = p.parse_args(["--frontier", "x", "--out", str(COMMITTED), *quick])
+        with pytest.raises(SystemExit, match="committed results"):
+            bench(Settings.from_args(args))
