@@ -12,10 +12,11 @@ package's fp32 weights converted, artifacts.ct2_package_dir), each stack in its 
 - sentences_per_s: the whole test file through the stack's batch path (ours:
   Translator.translate_file; CTranslate2: translate_batch with its max_batch_size / batch_type,
   the package's tokenizers around it), greedy to EOS, every batching of files.CANDIDATES (--quick:
-  QUICK_CANDIDATES) interleaved between the stacks, twice (--quick: once): the stack's best, as
-  the `file` workload. Unlike that workload (random weights: forced length), a trained model
-  decides its output lengths, so each point also gives its greedy BLEU and how many greedy
-  translations equal edgeformer-fp32's (the same work where they are equal).
+  QUICK_CANDIDATES; at most --threads sub-batches at once) interleaved between the stacks, twice
+  (--quick: once): the stack's best, as the `file` workload. Unlike that workload (random
+  weights: forced length), a trained model decides its output lengths, so each point also gives
+  its greedy BLEU and how many greedy translations equal edgeformer-fp32's (the same work where
+  they are equal).
 
 Both speeds decode the same way (SPEED_DECODING); --quality-limit N uses the first N sentences.
 """
@@ -186,12 +187,12 @@ def _measure(runners: dict[str, Runner], sources: list[str], refs: list[str], se
     bleu: dict[str, dict] = {}
     for name, r in list(live.items()):  # quality: not timed
         assert r.translate_texts is not None
-        t = time.perf_counter()
+        began = time.perf_counter()
         hyps = attempt(name, r.translate_texts, sources, BEAMS)
         if hyps is not None:
             bleu[name] = bleu_scores(hyps, refs)
             print(f"  BLEU {name:<24} {bleu[name]['bleu_lc']:6.2f} (beam {BEAMS}, lowercased; "
-                  f"{time.perf_counter() - t:.1f} s)")  # fmt: skip
+                  f"{time.perf_counter() - began:.1f} s)")  # fmt: skip
 
     n = len(sources)
     ms: dict[str, list[float]] = {k: [] for k in live}
@@ -199,7 +200,7 @@ def _measure(runners: dict[str, Runner], sources: list[str], refs: list[str], se
     for name, r in list(live.items()):
         assert r.sentences_ms is not None
         attempt(name, r.sentences_ms, sources[:WARMUP_SENTENCES])  # warm-up, untimed
-    t = time.perf_counter()
+    began = time.perf_counter()
     starts = range(0, n, LATENCY_TURN)
     for turn, start in enumerate(starts):
         names = list(live)
@@ -214,10 +215,12 @@ def _measure(runners: dict[str, Runner], sources: list[str], refs: list[str], se
                 greedy[name] += got[1]
 
     print(f"  batch 1: {n} sentences per stack, {len(live)} stacks "
-          f"({time.perf_counter() - t:.0f} s)")  # fmt: skip
-    t = time.perf_counter()
+          f"({time.perf_counter() - began:.0f} s)")  # fmt: skip
+    began = time.perf_counter()
     best: dict[str, dict] = {}
     candidates = files.QUICK_CANDIDATES if settings.quick else files.CANDIDATES
+    # sub-batches at once only within the thread budget (each gets threads // inter_threads)
+    candidates = tuple(c for c in candidates if c.inter_threads <= settings.threads)
     with tempfile.TemporaryDirectory(prefix="edgeformer-frontier-") as d:
         src, warm = Path(d) / "src.txt", Path(d) / "warm.txt"
         src.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
@@ -233,13 +236,13 @@ def _measure(runners: dict[str, Runner], sources: list[str], refs: list[str], se
                 for name in list(live):
                     time.sleep(measure.SETTLE_S)
                     out = Path(d) / f"{name}.txt"
-                    t = attempt(name, live[name].text_file_ms, src, out, b)
-                    if t is not None:
-                        runs[name].append({**dataclasses.asdict(b), "ms": t})
+                    ms_file = attempt(name, live[name].text_file_ms, src, out, b)
+                    if ms_file is not None:
+                        runs[name].append({**dataclasses.asdict(b), "ms": ms_file})
         for name in live:
             best[name] = min(runs[name], key=lambda row: row["ms"])
     print(f"  file: {len(candidates)} batchings x {1 if settings.quick else 2} per stack "
-          f"({time.perf_counter() - t:.0f} s)")  # fmt: skip
+          f"({time.perf_counter() - began:.0f} s)")  # fmt: skip
     done = [k for k in live if k in bleu and len(ms[k]) == n]
     return {
         "bleu": {k: bleu[k] for k in done},

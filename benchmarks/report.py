@@ -182,7 +182,8 @@ def frontier_md(points: list[dict], skipped: list[dict]) -> list[str]:
         p0 = points[0]
         lines += [
             f"BLEU: {p0['bleu_decoding']} ({p0['sentences']:,} sentences; cased beside it). "
-            f"Speed: {p0['speed_decoding']}, text in and out, {p0['threads']} threads, each "
+            f"Speed: {p0['speed_decoding']}, text in and out, {p0['threads']} "
+            f"thread{'s' if p0['threads'] > 1 else ''}, each "
             "stack in its own process: ms/sentence = each sentence alone (batch 1), mean; "
             "sentences/s = the whole file through the stack's batch path (ours translate_file, "
             "CTranslate2 translate_batch), its best batching. greedy BLEU = the batch-1 "
@@ -542,7 +543,8 @@ def frontier_plot(results: dict, path: Path) -> Path | None:
     meta = results["meta"]
     fig.suptitle(
         f"Quality next to speed · {p0['sentences']:,} sentences of {p0['bleu_decoding']} · "
-        f"speed: {p0['speed_decoding']} · {meta['cpu']} · {meta['threads']} threads",
+        f"speed: {p0['speed_decoding']} · {meta['cpu']} · {meta['threads']} "
+        f"thread{'s' if meta['threads'] > 1 else ''}",
         fontsize=8,
     )
     fig.tight_layout()
