@@ -74,6 +74,19 @@ def lm_checkpoint(tmp_path_factory, tokenizer_json):
     )
 
 
+def multi30k_slice(root, train: int, val: int):
+    """ROOT/multi30k/{train,val}.{en,de}: the first `train` / `val` real pairs, plain text (a
+    --data-dir for training tests)."""
+    from edgeformer.core.data import load_multi30k
+
+    (root / "multi30k").mkdir(parents=True)
+    for split, n in (("train", train), ("val", val)):
+        src, tgt = load_multi30k(split, "en", "de", max_sentences=n)
+        (root / f"multi30k/{split}.en").write_text("\n".join(src) + "\n")
+        (root / f"multi30k/{split}.de").write_text("\n".join(tgt) + "\n")
+    return root
+
+
 VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from conftest import multi30k_slice
 
 from edgeformer.core.data import load_multi30k
 from edgeformer.runtime import Translator
@@ -27,13 +28,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "multi30k").mkdir()
-    for split, n in (("train", N_TRAIN), ("val", 20)):
-        src, tgt = load_multi30k(split, "en", "de", max_sentences=n)
-        (root / f"multi30k/{split}.en").write_text("\n".join(src) + "\n")
-        (root / f"multi30k/{split}.de").write_text("\n".join(tgt) + "\n")
-    return root
+    return multi30k_slice(tmp_path_factory.mktemp("data"), N_TRAIN, 20)
 
 
 def small(data_dir, out, **kw) -> TrainConfig:

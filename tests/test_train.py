@@ -7,9 +7,10 @@ import math
 
 import pytest
 import torch
+from conftest import multi30k_slice
 from safetensors.torch import load_file
 
-from edgeformer.core.data import TrainingData, load_multi30k
+from edgeformer.core.data import TrainingData
 from edgeformer.models import build_model
 from edgeformer.models.batch import collate, make_pairs, teacher_forcing
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
@@ -38,13 +39,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """A few hundred real Multi30k pairs (plain text) and a slice of Tiny Shakespeare."""
-    root = tmp_path_factory.mktemp("data")
-    (root / "multi30k").mkdir()
-    for split, n in (("train", 300), ("val", 40)):
-        src, tgt = load_multi30k(split, "en", "de", max_sentences=n)
-        (root / f"multi30k/{split}.en").write_text("\n".join(src) + "\n")
-        (root / f"multi30k/{split}.de").write_text("\n".join(tgt) + "\n")
-    return root
+    return multi30k_slice(tmp_path_factory.mktemp("data"), 300, 40)
 
 
 def small(data_dir, out, **kw) -> TrainConfig:

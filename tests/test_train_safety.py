@@ -11,10 +11,10 @@ import sys
 
 import pytest
 import torch
+from conftest import multi30k_slice
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from edgeformer.core.data import load_multi30k
 from edgeformer.models import ModelConfig, build_model
 from edgeformer.models.checkpoint import save_checkpoint
 from edgeformer.runtime.cli import main
@@ -42,13 +42,7 @@ def umask_022():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "multi30k").mkdir()
-    for split, n in (("train", 120), ("val", 10)):
-        src, tgt = load_multi30k(split, "en", "de", max_sentences=n)
-        (root / f"multi30k/{split}.en").write_text("\n".join(src) + "\n")
-        (root / f"multi30k/{split}.de").write_text("\n".join(tgt) + "\n")
-    return root
+    return multi30k_slice(tmp_path_factory.mktemp("data"), 120, 10)
 
 
 def small(data_dir, out, **kw) -> TrainConfig:
