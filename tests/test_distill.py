@@ -105,3 +105,14 @@ def test_the_student_preset_needs_a_teacher(capsys):
 
     assert main(["train", "--preset", "multi30k-en-de-student", "--epochs", "1"]) == 2
     assert "give --teacher" in capsys.readouterr().err
+
+
+def test_a_changed_checkpoint_teacher_is_exported_again(student, teacher, capsys):
+    from edgeformer.train.distill import teacher_package
+
+    stamp = student / f"{TEACHER_PACKAGE}.from"
+    stamp.write_text("another checkpoint")  # as if the teacher had been retrained
+    assert teacher_package(teacher, student, print) == student / TEACHER_PACKAGE
+    assert "exporting" in capsys.readouterr().out
+    assert stamp.read_text().startswith(str(teacher.resolve()))
+    assert Translator(student / TEACHER_PACKAGE, threads=1).translate("A dog runs.")

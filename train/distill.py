@@ -61,7 +61,7 @@ def teacher_package(teacher: Path, out: Path, say: Callable[[str], None]) -> Pat
             "checkpoint folder (a training run's averaged/, best/ or last/)"
         )
     target = out / TEACHER_PACKAGE
-    stamp = target / ".from"
+    stamp = out / f"{TEACHER_PACKAGE}.from"  # beside it: export --force replaces only packages
     origin = f"{teacher.resolve()} {sha256(teacher / 'model.safetensors')}"
     if is_package(target) and stamp.is_file() and stamp.read_text() == origin:
         return target
@@ -69,7 +69,7 @@ def teacher_package(teacher: Path, out: Path, say: Callable[[str], None]) -> Pat
 
     say(f"teacher: exporting {teacher} to {target} (fp32)")
     export_package(teacher, target, ("fp32",), force=True, verbose=False)
-    stamp.write_text(origin)  # not one of the package's files: --force ignores nothing else
+    stamp.write_text(origin)
     return target
 
 
