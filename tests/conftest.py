@@ -74,6 +74,16 @@ def lm_checkpoint(tmp_path_factory, tokenizer_json):
     )
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run fastest on one thread (and do not fight other processes for cores);
+    a module uses it with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def multi30k_slice(root, train: int, val: int):
     """ROOT/multi30k/{train,val}.{en,de}: the first `train` / `val` real pairs, plain text (a
     --data-dir for training tests)."""

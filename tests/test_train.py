@@ -26,19 +26,12 @@ from edgeformer.train.trainer import (
     train,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    """A few hundred real Multi30k pairs (plain text) and a slice of Tiny Shakespeare."""
+    """A few hundred real Multi30k pairs (plain text)."""
     return multi30k_slice(tmp_path_factory.mktemp("data"), 300, 40)
 
 
