@@ -12,23 +12,41 @@ this project's Tiny Shakespeare (the same file and the same first-90 % / last-10
 subprocess whose stdout is read line by line: the time of a run is the wall time from its start
 to the first evaluation line whose val loss is <= the target (and to its end). Prints a table
 and writes OUT/latest.json.
+
+    python -m edgeformer.benchmarks.train_speed --nanogpt PATH --steps 50
+
+times a training step instead: nanoGPT's model and optimizer (its model.py, imported from the
+checkout, with the CPU settings above) against ours (the preset's model, optimizer and update,
+the functions `edgeformer train` runs), alternating rounds of N steps in one process on random
+batches of the preset's shape, so that the host's slow and fast minutes fall on both. Prints
+the median ms a step of each and their ratio; writes OUT/steps.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import io
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from ..core.data import data_root
+from ..models.transformer import build_model
+from ..train.config import preset
+from ..train.trainer import make_optimizer, optimize, smoothed_loss
 
 NANOGPT_TARGET = 1.874  # nanoGPT's CPU config, final val loss on this project's machine
 # nanoGPT's README CPU command (train.py config/train_shakespeare_char.py + these)
@@ -37,6 +55,8 @@ NANOGPT_CPU_ARGS = [
     "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=2000",
     "--lr_decay_iters=2000", "--dropout=0.0",
 ]  # fmt: skip
+NANOGPT_MODEL = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, bias=False, dropout=0.0)
+NANOGPT_BATCH, NANOGPT_LR, NANOGPT_BETAS, NANOGPT_DECAY = 12, 1e-3, (0.9, 0.99), 0.1
 NANOGPT_EVAL = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
 OUR_EVAL = re.compile(r"iter (\d+)/\d+ \| train ([\d.]+) \| val ([\d.]+)")
 
@@ -106,6 +126,89 @@ def ours(preset: str, work: Path, log: Path, extra: list[str]) -> Run:
     return run_logged(f"edgeformer {preset}", command, work, OUR_EVAL, log)
 
 
+# ------------------------------------------------------------------ time a step, in one process
+
+Step = Callable[[torch.Tensor, torch.Tensor], None]  # (B, T) inputs, (B, T) targets -> update
+CHARS = 65  # Tiny Shakespeare's character vocabulary
+
+
+def nanogpt_step(checkout: Path, vocab: int) -> tuple[Step, int, int]:
+    """nanoGPT's training step (its GPT, configure_optimizers, grad clip 1.0) from
+    `checkout`/model.py; returns the step, its batch size and block size."""
+    path = checkout / "model.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"{checkout} is not a nanoGPT checkout (no model.py)")
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.GPT(module.GPTConfig(vocab_size=vocab, **NANOGPT_MODEL))
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter counts
+        model.train()
+        opt = model.configure_optimizers(NANOGPT_DECAY, NANOGPT_LR, NANOGPT_BETAS, "cpu")
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+
+    return step, NANOGPT_BATCH, int(NANOGPT_MODEL["block_size"])
+
+
+def our_step(preset_name: str, vocab: int) -> tuple[Step, int, int]:
+    """The preset's training step: the model, optimizer, loss and update `edgeformer train` uses."""
+    cfg = preset(preset_name)
+    if cfg.task != "lm":
+        raise ValueError(f"--steps times a language-model preset; {preset_name!r} is {cfg.task}")
+    model = build_model(cfg.model_config(vocab)).train()
+    opt = make_optimizer(model, cfg)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        logits, _ = model(x)
+        loss = smoothed_loss(logits, y, cfg.label_smoothing, pad_id=-100)
+        optimize(model, opt, loss, cfg.lr, cfg.clip)
+        loss.item()
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return step, cfg.batch_size, cfg.block_size
+
+
+def time_steps(steps: dict[str, tuple[Step, int, int]], n: int, rounds: int) -> dict[str, list]:
+    """ms a step of each, per round: rounds alternate between the steps, each round `n` steps on
+    random characters (after 5 untimed steps)."""
+    rng = torch.Generator().manual_seed(0)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for r in range(rounds + 1):
+        for name, (step, batch, block) in steps.items():
+            xy = torch.randint(0, CHARS, (n if r else 5, batch, block + 1), generator=rng)
+            t0 = time.perf_counter()
+            for s in xy:
+                step(s[:, :-1], s[:, 1:])
+            if r:  # round 0 warms up
+                times[name].append((time.perf_counter() - t0) * 1e3 / n)
+    return times
+
+
+def step_report(checkout: Path, preset_name: str, n: int, rounds: int, out: Path) -> None:
+    steps = {"nanoGPT": nanogpt_step(checkout, CHARS), f"edgeformer {preset_name}":
+             our_step(preset_name, CHARS)}  # fmt: skip
+    times = time_steps(steps, n, rounds)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    print(f"| run | ms a step (median of {rounds} rounds of {n}) | batch x block |\n|---|---|---|")
+    for name, (_, batch, block) in steps.items():
+        print(f"| {name} | {med[name]:.1f} | {batch} x {block} |")
+    ours_ms, theirs_ms = med[f"edgeformer {preset_name}"], med["nanoGPT"]
+    threads = torch.get_num_threads()  # the preset's, for both
+    print(f"\nours / nanoGPT ms a step: {ours_ms / theirs_ms:.2f} ({threads} threads)")
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu_count": os.cpu_count(),
+            "threads": threads, "preset": preset_name, "steps": n}  # fmt: skip
+    (out / "steps.json").write_text(json.dumps({"meta": meta, "ms_per_step": times}, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nanogpt", required=True, help="a nanoGPT checkout (run from a copy)")
@@ -122,10 +225,21 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default="runs/train-speed", help="results folder (default: %(default)s)"
     )
     p.add_argument("--skip-nanogpt", action="store_true", help="run ours only")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="time a training step instead, in rounds of N steps (default: off)",
+    )
+    p.add_argument("--rounds", type=int, default=7, help="--steps: rounds (default: %(default)s)")
     p.add_argument("extra", nargs="*", help="more `edgeformer train` flags for ours (after --)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.steps > 0:
+        step_report(Path(args.nanogpt), args.preset, args.steps, args.rounds, out)
+        return 0
     runs = []
     with tempfile.TemporaryDirectory(prefix="edgeformer-train-speed-") as tmp:
         work = Path(tmp)

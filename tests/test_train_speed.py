@@ -3,10 +3,13 @@ both sides' evaluation lines are read with their times (a fake nanoGPT here: no 
 
 from __future__ import annotations
 
+import json
 import textwrap
 import time
 
-from edgeformer.benchmarks.train_speed import NANOGPT_CPU_ARGS, OUR_EVAL, nanogpt
+import pytest
+
+from edgeformer.benchmarks.train_speed import NANOGPT_CPU_ARGS, OUR_EVAL, main, nanogpt, our_step
 from edgeformer.train.trainer import epoch_line
 
 FAKE_TRAIN = textwrap.dedent(
@@ -51,3 +54,53 @@ def test_our_evaluation_line_is_read():
                   elapsed=time.time() % 100)  # fmt: skip
     m = OUR_EVAL.search(epoch_line(Run(), record, 2500, unit="iter"))  # type: ignore[arg-type]
     assert m and (int(m.group(1)), float(m.group(3))) == (750, 1.86)
+
+
+# nanoGPT's model.py interface as the step timer uses it: GPTConfig(**kw), GPT(config)(x, y) ->
+# (logits, loss), configure_optimizers(decay, lr, betas, device_type); it prints, as nanoGPT's
+FAKE_MODEL = textwrap.dedent(
+    """
+    from dataclasses import dataclass
+    import torch
+
+    @dataclass
+    class GPTConfig:
+        block_size: int; vocab_size: int; n_layer: int; n_head: int; n_embd: int
+        dropout: float; bias: bool
+
+    class GPT(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            assert (config.n_layer, config.n_embd, config.bias) == (4, 128, False)
+            self.emb = torch.nn.Embedding(config.vocab_size, config.vocab_size)
+            self.steps = 0
+
+        def forward(self, x, y):
+            self.steps += 1
+            logits = self.emb(x)
+            return logits, torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+        def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+            print("num decayed parameter tensors: 1")
+            return torch.optim.AdamW(self.parameters(), lr=learning_rate, betas=betas)
+    """
+)
+
+
+def test_steps_mode_times_both_steps_in_alternating_rounds(tmp_path, capsys, one_torch_thread):
+    (tmp_path / "model.py").write_text(FAKE_MODEL)
+    assert main(["--nanogpt", str(tmp_path), "--steps", "2", "--rounds", "2", "--out",
+                 str(tmp_path / "out")]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "num decayed" not in printed and "ours / nanoGPT ms a step:" in printed
+    record = json.loads((tmp_path / "out" / "steps.json").read_text())
+    times = record["ms_per_step"]
+    assert set(times) == {"nanoGPT", "edgeformer shakespeare-char-cpu"}
+    assert all(len(t) == 2 and min(t) > 0 for t in times.values())
+
+
+def test_steps_mode_needs_a_language_model_and_a_checkout(tmp_path):
+    with pytest.raises(ValueError, match="language-model preset"):
+        our_step("multi30k-en-de-cpu", 65)
+    with pytest.raises(FileNotFoundError, match="no model.py"):
+        main(["--nanogpt", str(tmp_path), "--steps", "2", "--out", str(tmp_path / "out")])

@@ -434,13 +434,16 @@ def wrap(run: Run, model: nn.Module) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
-def optimize(run, model, optimizer, loss: torch.Tensor, lr: float) -> None:
+def optimize(
+    model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float, clip: float
+) -> None:
+    """One update at learning rate `lr`, the gradient norm clipped to `clip` (0: not clipped)."""
     for g in optimizer.param_groups:
         g["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    if run.cfg.clip > 0:
-        nn.utils.clip_grad_norm_(model.parameters(), run.cfg.clip)
+    if clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
 
 
@@ -533,7 +536,7 @@ def train_translation(run: Run) -> nn.Module:
             with run.autocast():
                 logits = ddp(src, tgt_in)
             loss = smoothed_loss(logits, tgt_out, cfg.label_smoothing)
-            optimize(run, ddp, optimizer, loss, lr)
+            optimize(ddp, optimizer, loss, lr, cfg.clip)
             step += 1
             n = int((tgt_out != PAD_ID).sum())
             loss_sum, tok_sum = loss_sum + loss.item() * n, tok_sum + n
@@ -709,7 +712,7 @@ def train_lm(run: Run) -> nn.Module:
             with run.autocast():
                 logits, _ = ddp(x)
             loss = smoothed_loss(logits, y, cfg.label_smoothing, pad_id=-100)
-            optimize(run, ddp, optimizer, loss, lr)
+            optimize(ddp, optimizer, loss, lr, cfg.clip)
             step = it + 1
             losses.append(loss.item())
             bar.note(f"loss {losses[-1]:.3f}, lr {lr:.1e}")
