@@ -78,6 +78,21 @@ def test_a_new_run_reuses_the_translations(data_dir, teacher, student, monkeypat
     assert "same teacher" in capsys.readouterr().out
 
 
+def test_students_in_other_folders_share_the_translations(data_dir, teacher, student, tmp_path,
+                                                         monkeypatch, capsys):  # fmt: skip
+    import edgeformer.runtime
+
+    shared = student / DISTILLED
+    monkeypatch.setattr(edgeformer.runtime, "Translator", lambda *a, **k: 1 / 0)
+    cfg = small(data_dir, tmp_path / "b", teacher=str(teacher), teacher_beams=3, epochs=1,
+                distilled=str(shared))  # fmt: skip
+    train(cfg)  # its own teacher-package export, the same teacher: the translations are reused
+    assert "same teacher" in capsys.readouterr().out
+    assert not (tmp_path / "b" / DISTILLED).exists()
+    with pytest.raises(ValueError, match="distilled .* needs teacher"):
+        TrainConfig(distilled=str(shared))
+
+
 def test_a_package_teacher_is_used_as_it_is(data_dir, student, tmp_path):
     cfg = small(data_dir, tmp_path, teacher=str(student / TEACHER_PACKAGE), epochs=1)
     train(cfg)

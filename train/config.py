@@ -46,6 +46,10 @@ class TrainConfig:
         metavar="DIR",
     )  # fmt: skip
     teacher_beams: int = doc(5, "--teacher: beam size of the teacher's translations")
+    distilled: str | None = doc(
+        None, "--teacher: folder of the teacher's translations, to share between students "
+        "(made there when missing or from another teacher; none: OUT/distilled)", metavar="DIR",
+    )  # fmt: skip
     tokenizer: str = doc("bpe", "bpe, or char (LM only)", choices=TOKENIZERS)
     lowercase: bool = doc(
         False, "BPE: lowercase all text (training data, then the package's inputs and outputs: "
@@ -114,6 +118,8 @@ class TrainConfig:
             bad("lowercase needs tokenizer='bpe' (a char tokenizer keeps every character)")
         if self.teacher is not None and self.task != "translation":
             bad("teacher (distillation) is for translation runs")
+        if self.distilled is not None and self.teacher is None:
+            bad("distilled (the teacher's translations) needs teacher")
         positive = ["epochs", "batch_tokens", "max_iters", "eval_interval"]
         positive += ["eval_iters", "block_size", "batch_size", "warmup", "average_last"]
         positive += ["teacher_beams"]

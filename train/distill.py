@@ -4,7 +4,8 @@ beam-search translations of the training sources instead of the human references
     --teacher DIR (a model package, or a checkpoint exported to OUT/teacher-package, fp32)
         |  beam search, batched, through edgeformer.runtime (what the student will ship on)
         v
-    OUT/distilled/train.{src,tgt} + key.json   (reused while teacher, sources and beams match)
+    OUT/distilled/train.{src,tgt} + key.json   (or --distilled DIR, shared by several students;
+        |                                       reused while teacher, sources and beams match)
         |
         v
     the student trains on (source, teacher's translation) pairs like any Multi30k run;
@@ -27,6 +28,8 @@ from pathlib import Path
 from edgeformer.core.files import atomic_text, sha256
 from edgeformer.core.format import CONFIG_FILE, PACKAGE_FORMAT
 from edgeformer.core.progress import Progress
+
+from .config import TrainConfig
 
 DISTILLED = "distilled"  # OUT/distilled: the teacher's translations of the training sources
 TEACHER_PACKAGE = "teacher-package"  # OUT/teacher-package: a checkpoint teacher, exported
@@ -74,12 +77,15 @@ def teacher_package(teacher: Path, out: Path, say: Callable[[str], None]) -> Pat
 
 
 def distill_key(package: Path, sources: list[str], beams: int) -> dict:
-    """What the translations depend on: the teacher's files (config.json lists their sha256),
-    the sources and the beam size."""
+    """What the translations depend on: the teacher's files (the sha256 of each, as its
+    config.json lists them; not the folder, which differs between students of one checkpoint,
+    nor config.json itself, which holds export's timings), the sources and the beam size."""
+    files = json.loads((package / CONFIG_FILE).read_text())["files"]
     text = "\n".join(sources).encode()
     return {
-        "teacher": str(package.resolve()),
-        "teacher_config_sha256": sha256(package / CONFIG_FILE),
+        "teacher_files_sha256": hashlib.sha256(
+            json.dumps(files, sort_keys=True).encode()
+        ).hexdigest(),
         "sources_sha256": hashlib.sha256(text).hexdigest(),
         "beams": beams,
     }
@@ -111,23 +117,18 @@ def check_direction(package: Path, src: str, tgt: str) -> None:
 
 
 def distill(
-    teacher: Path,
-    sources: list[str],
-    src: str,
-    tgt: str,
-    out: Path,
-    beams: int = 5,
-    threads: int = 0,
-    quiet: bool = False,
-    say: Callable[[str], None] = print,
+    sources: list[str], out: Path, cfg: TrainConfig, say: Callable[[str], None] = print
 ) -> Distilled:
-    """The teacher's beam translations of `sources` (through the runtime, CPU), cached in
-    OUT/distilled; sources it cannot take or translates to nothing are dropped (counted)."""
+    """cfg.teacher's beam translations (cfg.teacher_beams) of `sources`, through the runtime on
+    cfg.threads, cached in cfg.distilled or OUT/distilled; sources it cannot take or translates
+    to nothing are dropped (counted)."""
     from edgeformer.runtime import Translator
 
-    package = teacher_package(teacher, out, say)
+    assert cfg.teacher is not None
+    src, tgt, beams, threads = cfg.src_lang, cfg.tgt_lang, cfg.teacher_beams, cfg.threads
+    package = teacher_package(Path(cfg.teacher), out, say)
     check_direction(package, src, tgt)
-    folder = out / DISTILLED
+    folder = Path(cfg.distilled) if cfg.distilled else out / DISTILLED
     key = distill_key(package, sources, beams)
     cached = read_cached(folder, key, src, tgt)
     if cached is not None:
@@ -140,7 +141,7 @@ def distill(
         f"(beam {beams}, batches of {BATCH}, {threads or 'all'} threads)"
     )
     t0 = time.time()
-    bar = Progress("teacher translations", len(fits), "sentences", quiet=quiet)
+    bar = Progress("teacher translations", len(fits), "sentences", quiet=cfg.quiet)
     hyps = []
     for h in translator.translate_iterable(fits, max_batch_size=BATCH, num_beams=beams):
         hyps.append(h)
@@ -154,7 +155,8 @@ def distill(
         with atomic_text(folder / f"train.{name}") as f:
             f.write("".join(line.replace("\n", " ") + "\n" for line in lines))
     with atomic_text(folder / KEY_FILE) as f:
-        json.dump(key | {"dropped": dropped, "seconds": round(seconds, 1)}, f, indent=1)
+        made = {"teacher": str(package.resolve()), "dropped": dropped, "seconds": round(seconds, 1)}
+        json.dump(key | made, f, indent=1)
     say(
         f"teacher: {len(pairs):,} translations in {seconds:.0f} s "
         f"({len(fits) / max(seconds, 1e-9):.1f} sentences/s), {dropped} dropped -> {folder}"

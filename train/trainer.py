@@ -577,15 +577,11 @@ def train_translation(run: Run) -> nn.Module:
 
 def distilled_pairs(run: Run, sources: list[str]) -> tuple[list[str], list[str]]:
     """(sources, the teacher's translations): made by rank 0 (train/distill.py); the other
-    ranks wait, then read rank 0's OUT/distilled."""
-    cfg, teacher = run.cfg, run.cfg.teacher
-    assert teacher is not None
+    ranks wait, then read rank 0's OUT/distilled (or --distilled)."""
+    cfg = run.cfg
 
     def pairs(say) -> tuple[list[str], list[str]]:
-        d = distill(
-            Path(teacher), sources, cfg.src_lang, cfg.tgt_lang, run.out,
-            cfg.teacher_beams, cfg.threads, cfg.quiet, say,
-        )  # fmt: skip
+        d = distill(sources, run.out, cfg, say)
         return d.sources, d.targets
 
     if run.main:
