@@ -185,9 +185,11 @@ def time_steps(steps: dict[str, tuple[Step, int, int]], n: int, rounds: int) -> 
     for r in range(rounds + 1):
         for name, (step, batch, block) in steps.items():
             xy = torch.randint(0, CHARS, (n if r else 5, batch, block + 1), generator=rng)
+            # contiguous inputs and targets, as both training loops make them (nanoGPT views)
+            batches = [(w[:, :-1].contiguous(), w[:, 1:].contiguous()) for w in xy]
             t0 = time.perf_counter()
-            for s in xy:
-                step(s[:, :-1], s[:, 1:])
+            for x, y in batches:
+                step(x, y)
             if r:  # round 0 warms up
                 times[name].append((time.perf_counter() - t0) * 1e3 / n)
     return times

@@ -78,7 +78,7 @@ FAKE_MODEL = textwrap.dedent(
         def forward(self, x, y):
             self.steps += 1
             logits = self.emb(x)
-            return logits, torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+            return logits, torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.view(-1))
 
         def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
             print("num decayed parameter tensors: 1")
