@@ -46,7 +46,7 @@ import torch
 from ..core.data import data_root
 from ..models.transformer import build_model
 from ..train.config import preset
-from ..train.trainer import make_optimizer, optimize, smoothed_loss
+from ..train.trainer import lm_update, make_optimizer
 
 NANOGPT_TARGET = 1.874  # nanoGPT's CPU config, final val loss on this project's machine
 # nanoGPT's README CPU command (train.py config/train_shakespeare_char.py + these)
@@ -167,10 +167,7 @@ def our_step(preset_name: str, vocab: int) -> tuple[Step, int, int]:
     opt = make_optimizer(model, cfg)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        logits, _ = model(x)
-        loss = smoothed_loss(logits, y, cfg.label_smoothing, pad_id=-100)
-        optimize(model, opt, loss, cfg.lr, cfg.clip)
-        loss.item()
+        lm_update(model, opt, x, y, cfg, cfg.lr).item()
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

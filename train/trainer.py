@@ -22,7 +22,8 @@ import os
 import shutil
 import sys
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -641,6 +642,19 @@ def finish_translation(run, model, tok, tok_path, meta, val_pairs, bleu_src, ble
 # ----------------------------------------------------------------------------- language model
 
 
+def lm_update(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+    cfg: TrainConfig, lr: float, autocast: Callable[[], AbstractContextManager] = nullcontext,
+) -> torch.Tensor:  # fmt: skip
+    """One language-model training step on (B, T) inputs and targets; returns the loss (what
+    train_lm runs, and benchmarks/train_speed.py times)."""
+    with autocast():
+        logits, _ = model(x)
+    loss = smoothed_loss(logits, y, cfg.label_smoothing, pad_id=-100)
+    optimize(model, optimizer, loss, lr, cfg.clip)
+    return loss
+
+
 def get_batch(data: np.ndarray, block: int, batch: int, rng: np.random.Generator):
     """Random windows: x (B, block), y = x shifted left by one."""
     ix = rng.integers(0, len(data) - block - 1, size=batch)
@@ -705,10 +719,7 @@ def train_lm(run: Run) -> nn.Module:
         for it in bar.iterate(iters):
             x, y = (t.to(run.device) for t in get_batch(train_ids, block, cfg.batch_size, rng))
             lr = lr_at(it, cfg, cfg.max_iters)
-            with run.autocast():
-                logits, _ = ddp(x)
-            loss = smoothed_loss(logits, y, cfg.label_smoothing, pad_id=-100)
-            optimize(ddp, optimizer, loss, lr, cfg.clip)
+            loss = lm_update(ddp, optimizer, x, y, cfg, lr, run.autocast)
             step = it + 1
             losses.append(loss.item())
             bar.note(f"loss {losses[-1]:.3f}, lr {lr:.1e}")
