@@ -55,8 +55,13 @@ NANOGPT_CPU_ARGS = [
     "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=2000",
     "--lr_decay_iters=2000", "--dropout=0.0",
 ]  # fmt: skip
-NANOGPT_MODEL = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, bias=False, dropout=0.0)
-NANOGPT_BATCH, NANOGPT_LR, NANOGPT_BETAS, NANOGPT_DECAY = 12, 1e-3, (0.9, 0.99), 0.1
+_CPU = dict(arg[2:].split("=", 1) for arg in NANOGPT_CPU_ARGS)
+# --steps: its GPTConfig from those arguments (bias=False: train.py's default), its batch, and
+# config/train_shakespeare_char.py's lr and beta2 with train.py's weight decay
+NANOGPT_MODEL: dict[str, int | float | bool] = dict(bias=False, dropout=float(_CPU["dropout"]))
+NANOGPT_MODEL |= {k: int(_CPU[k]) for k in ("n_layer", "n_head", "n_embd", "block_size")}
+NANOGPT_BATCH = int(_CPU["batch_size"])
+NANOGPT_LR, NANOGPT_BETAS, NANOGPT_DECAY = 1e-3, (0.9, 0.99), 0.1
 NANOGPT_EVAL = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
 OUR_EVAL = re.compile(r"iter (\d+)/\d+ \| train ([\d.]+) \| val ([\d.]+)")
 
