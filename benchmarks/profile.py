@@ -26,21 +26,22 @@ import numpy as np
 def _stepper(session, cfg, past: int, src: int, rng):
     """The runtime's CachedDecoder over `session`, batch 1, with `past` positions prefilled
     (ED: random cross K/V for a source of `src` tokens), and the graph runs that took."""
-    from edgeformer.runtime.steppers import CachedDecoder, Graph
+    from edgeformer.runtime.steppers import CachedDecoder, Graph, source_lengths
 
     from ..core.format import cross_names
 
     H, D, L = cfg.n_heads, cfg.d_model // cfg.n_heads, cfg.n_decoder_layers
     static = None
     ed = cfg.family == "encoder-decoder"
+    graph = Graph(session)
     if ed:  # the K/V (1, H, S, D) and the last source token's (1, 1, C)
         shapes = {"key": (1, H, src, D), "value": (1, H, src, D)}
         static = {
             n: rng.standard_normal(shapes.get(n.rsplit(".", 1)[1], (1, 1, H * D)))
             .astype(np.float32) for n in cross_names(L)
         }  # fmt: skip
-        static["encoder_attention_mask"] = np.ones((1, src), np.int64)
-    dec = CachedDecoder(Graph(session), cfg.family, L, H, D, cfg.max_len, 1, static)
+        static |= source_lengths(graph, np.ones((1, src), np.int64))
+    dec = CachedDecoder(graph, cfg.family, L, H, D, cfg.max_len, 1, static)
     ids = rng.integers(4, cfg.vocab_size, (1, past), dtype=np.int64)
     if ed:  # its decoder takes one token per call
         dec.prefill(ids[:, :1], np.ones_like(ids[:, :1]))

@@ -24,8 +24,10 @@ masks 1 = real token; float tensors float32):
   encoder      in  input_ids (B,S), attention_mask (B,S)                 (right-padded)
                out present.{i}.encoder.key|value (B,H,S,D)               cross K/V per layer
                    present.{i}.encoder.last_key|last_value (B,1,H*D)     row b's at S_b - 1
-  ED decoder   in  input_ids (B,1), position_ids (B,1), attention_mask (B,L),
-                   encoder_attention_mask (B,S), past_key_values.{i}.decoder.key|value (B,G,M,D),
+  ED decoder   in  input_ids (B,1), position_ids (B,1), seqlens_k (B,) int32,
+                   total_sequence_length () int32, encoder_seqlens_k (B,) int32,
+                   encoder_total_sequence_length () int32,
+                   past_key_values.{i}.decoder.key|value (B,G,M,D),
                    past_key_values.{i}.encoder.key|value (B,H,S,D),
                    past_key_values.{i}.encoder.last_key|last_value (B,1,H*D)
                out logits (B,V), present.{i}.decoder.key|value (B,G,M,D),
@@ -37,9 +39,13 @@ masks 1 = real token; float tensors float32):
 The cache rules: row b holds its tokens in positions 0 .. L_b - 1, where L_b =
 attention_mask[b].sum() counts the tokens in the cache *after* the call; its T new tokens are
 written at L_b - T .. L_b - 1. `past_key_values.X` and `present.X` bound to the same memory make
-GroupQueryAttention write the cache in place. Format 4 (encoder-decoder): the decoder takes one
+GroupQueryAttention write the cache in place. Format 4+ (encoder-decoder): the decoder takes one
 token per call; its cross-attention is a GroupQueryAttention step whose "new" K/V are each row's
 last source token's (the encoder's last_key/last_value), written back where they already are.
+Format 5's encoder-decoder step takes the lengths as GroupQueryAttention does, not as masks:
+seqlens_k[b] = L_b - 1 and total_sequence_length = max_b L_b (the width the mask had); of the
+source, encoder_seqlens_k[b] = S_b - 1 (S_b: row b's real tokens) and
+encoder_total_sequence_length = S (the padded length).
 """
 
 from __future__ import annotations
@@ -47,10 +53,11 @@ from __future__ import annotations
 from .config import ModelConfig
 
 PACKAGE_FORMAT = "edgeformer-package"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # 2: `model` under ModelConfig's names, no logits_3d; 3: encoder-decoder cross-attention as
-# MultiHeadAttention (no last_key/last_value, no cross presents)
-READABLE_VERSIONS = (2, 3, 4)
+# MultiHeadAttention (no last_key/last_value, no cross presents); 4: the encoder-decoder step
+# takes attention_mask and encoder_attention_mask (int64) instead of format 5's ED_LENGTHS
+READABLE_VERSIONS = (2, 3, 4, 5)
 MIN_ONNXRUNTIME = "1.22.0"  # GroupQueryAttention with a shared buffer and packed QKV on CPU
 
 CONFIG_FILE = "config.json"
@@ -72,6 +79,11 @@ VARIANTS = ("fp32", "int8", "int4", "int8-dynamic", "int8-web", "int4-web")
 # reading int8 / int4's weights file; slow on onnxruntime's CPU provider, never `auto`'s pick
 WEB_VARIANTS = {"int8-web": "int8", "int4-web": "int4"}
 LOGITS_3D = "logits_3d"  # LM decoder, format 3+: `logits` as (B, 1, V), for onnxruntime-genai
+# the encoder-decoder step's length inputs (format 5+; int32, GroupQueryAttention's own): the
+# runtime knows them, so the step graph no longer derives them from two masks at every step
+ED_LENGTHS = (
+    "seqlens_k", "total_sequence_length", "encoder_seqlens_k", "encoder_total_sequence_length"
+)  # fmt: skip
 
 # config.json's `model` uses Hugging Face's field names where one exists (format 3+); ModelConfig
 # uses ours. Fields not listed keep their name in both.
@@ -189,7 +201,9 @@ def io_names(
                 "outputs": cross_names(n_layers, "present", version),
             },
             "decoder": {
-                "inputs": [*step, "encoder_attention_mask", *past],
+                "inputs": [*step[:2], *ED_LENGTHS, *past]
+                if version >= 5
+                else [*step, "encoder_attention_mask", *past],
                 "outputs": ["logits", *cache_names(family, n_layers, "present"), *shared],
             },
         }

@@ -40,7 +40,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..core.format import LOGITS_3D, attention_head_size, io_names
+from ..core.format import ED_LENGTHS, LOGITS_3D, attention_head_size, io_names
 from .gptq import Hessians, gptq_int4
 from .recipes import VariantSpec
 
@@ -612,6 +612,9 @@ class Builder:
         input_ids, position_ids (B, T); attention_mask (B, P + T): 1 for the tokens in the
         cache after this step, right-padded (row b's tokens are its first L_b positions); the
         new tokens of row b go to cache positions L_b - T' ... where L_b = sum(mask[b]).
+        An encoder-decoder step (T = 1) takes those lengths as GroupQueryAttention does instead
+        of the masks (format 5: seqlens_k = L_b - 1, total_sequence_length = max L_b, and the
+        same of the source), so a step runs no Shape / ReduceSum / Sub / Cast chain (12 nodes).
         """
         from onnx import TensorProto as TP
 
@@ -623,11 +626,13 @@ class Builder:
         B, T, M, Dp = "batch", 1 if ed else "tgt_len", "max_cache_len", self.Dp
         ids = g.input("input_ids", TP.INT64, [B, T])
         position_ids = g.input("position_ids", TP.INT64, [B, T])
-        mask = g.input("attention_mask", TP.INT64, [B, "total_len"])
-        lengths = self.gqa_lengths(g, mask)
-        if ed:
-            enc_mask = g.input("encoder_attention_mask", TP.INT64, [B, "src_len"])
-            enc_lengths = self.gqa_lengths(g, enc_mask)
+        if ed:  # the runtime feeds GQA's lengths (format 5): no mask arithmetic in the step
+            seqlens_k, total, enc_seqlens_k, enc_total = ED_LENGTHS
+            lengths = (g.input(seqlens_k, TP.INT32, [B]), g.input(total, TP.INT32, []))
+            enc_lengths = (g.input(enc_seqlens_k, TP.INT32, [B]), g.input(enc_total, TP.INT32, []))
+        else:  # an LM keeps its attention_mask (onnxruntime-genai feeds one)
+            mask = g.input("attention_mask", TP.INT64, [B, "total_len"])
+            lengths = self.gqa_lengths(g, mask)
         past = [n for n in names["inputs"] if n.startswith("past_key_values")]
         self.presents: list[str] = []
         self.cross_presents: list[str] = []
@@ -656,9 +661,11 @@ class Builder:
         h = self.residual_stack(
             g, self.embedding(g, ids), self.positions(g, position_ids), sublayers, norms, last=True
         )
-        # the last real position of each row: the largest position id (padding has id 0)
-        last = g.op("ArgMax", [position_ids], axis=1, keepdims=1)  # (B, 1)
-        h_last = g.op("GatherND", [h, last], batch_dims=1)  # (B, C)
+        if ed:  # one token a row: its hidden state (B, 1, C) -> (B, C)
+            h_last = g.op("Squeeze", [h, g.const([1])])
+        else:  # the last real position of each row: the largest position id (padding: id 0)
+            last = g.op("ArgMax", [position_ids], axis=1, keepdims=1)  # (B, 1)
+            h_last = g.op("GatherND", [h, last], batch_dims=1)  # (B, C)
         g.output(self.head(g, h_last), "logits", TP.FLOAT, [B, cfg.vocab_size])
         presents = [n for n in names["outputs"] if n.startswith("present.")]
         cross_presents = [n for n in presents if ".encoder." in n]

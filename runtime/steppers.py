@@ -3,7 +3,9 @@
 The KV cache is one preallocated (N, G, M, D) buffer per layer and kind (G key/value heads),
 bound through IO binding as both the graph's `past_key_values.*` input and its `present.*`
 output: GroupQueryAttention writes each new key/value in place, so a step copies no cache. Only the
-new token ids, positions and a small mask go in; only the (N, V) logits come out, into a
+new token ids, positions and the rows' lengths go in (format 5's encoder-decoder step: as
+GroupQueryAttention's int32 seqlens_k / total_sequence_length, written in place into buffers bound
+once; an LM's and older packages' step: a small mask); only the (N, V) logits come out, into a
 preallocated array. An encoder-decoder's cross K/V (format 4) are bound the same way: the
 cross-attention's GQA writes each row's last source K/V back where they already are.
 `select` (finished rows dropped, beams reordered) gathers the filled prefix of each buffer by
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from ..core.format import ATTENTION_HEAD_SIZE_KEY, LOGITS_3D, cache_names
+from ..core.format import ATTENTION_HEAD_SIZE_KEY, ED_LENGTHS, LOGITS_3D, cache_names
 from ..core.schema import PackageConfig
 
 
@@ -36,6 +38,11 @@ class Graph:
     def has_logits_3d(self) -> bool:
         """An LM decoder of format 3 (also returns the logits as (B, 1, V))."""
         return LOGITS_3D in self.output_names
+
+    @functools.cached_property
+    def takes_lengths(self) -> bool:
+        """An encoder-decoder step of format 5+: fed GroupQueryAttention's lengths, no masks."""
+        return ED_LENGTHS[0] in {i.name for i in self.session.get_inputs()}
 
     @functools.cached_property
     def output_names(self) -> tuple[str, ...]:
@@ -75,7 +82,7 @@ class CachedDecoder:
         head_dim: int,  # the model's; the cache's is the graph's (zero-padded) head_size
         capacity: int,  # M: the longest sequence (prompt + new tokens) this call can reach
         batch: int,
-        static: dict[str, np.ndarray] | None = None,  # ED: encoder mask and cross K/V
+        static: dict[str, np.ndarray] | None = None,  # ED: source lengths or mask, cross K/V
     ):
         self.graph = graph
         self.names = cache_names(family, n_layers)
@@ -89,7 +96,7 @@ class CachedDecoder:
         self.longest, self.uniform = 0, True
         self.ones = np.ones(batch * capacity, dtype=np.int64)  # masks of uniform rows: views
         # per original batch row; contiguous and held here: a bound OrtValue does not own memory
-        self.static_full = {k: np.ascontiguousarray(v) for k, v in (static or {}).items()}
+        self.static_full = {k: np.asarray(v, order="C") for k, v in (static or {}).items()}
         self.source = np.arange(batch)  # original batch row of each row
         self.static = dict(self.static_full)
         self.io = graph.session.io_binding()
@@ -98,6 +105,11 @@ class CachedDecoder:
         self.step_ids = np.zeros((batch, 1), dtype=np.int64)
         self.step_positions = np.zeros((batch, 1), dtype=np.int64)
         self.step_bound = False
+        # format 5's ED step: its seqlens_k (N,) and total_sequence_length (), bound with the
+        # state and written in place by each call (no mask)
+        self.takes_lengths = graph.takes_lengths
+        self.seqlens_k = np.zeros(batch, dtype=np.int32)
+        self.total = np.zeros((), dtype=np.int32)
         self._bind_state()
 
     # -- binding -------------------------------------------------------------------------------
@@ -115,6 +127,9 @@ class CachedDecoder:
             present = name.replace("past_key_values", "present", 1)
             if present in outputs:  # format 4's cross K/V: GQA writes them back where they are
                 io.bind_ortvalue_output(present, v)
+        if self.takes_lengths:
+            io.bind_ortvalue_input(ED_LENGTHS[0], _ortvalue(self.seqlens_k[:n]))
+            io.bind_ortvalue_input(ED_LENGTHS[1], _ortvalue(self.total))
         vocab = self.graph.session.get_outputs()[0].shape[-1]
         self.logits = np.empty((n, vocab), np.float32)
         io.bind_ortvalue_output("logits", _ortvalue(self.logits))
@@ -138,10 +153,18 @@ class CachedDecoder:
     def _run(
         self, new_lengths: np.ndarray, longest: int, uniform: bool | None = None
     ) -> np.ndarray:
-        """Bind the mask of `new_lengths` (rows right-padded to `longest`; `uniform`: all rows
-        that long, None: check) and run."""
+        """Set the rows' lengths after this call (`new_lengths`, the longest `longest`;
+        `uniform`: all rows that long, None: check) and run: format 5's ED step takes them as
+        they are, other steps as a mask of rows right-padded to `longest`."""
         if longest > self.shape[1]:
             raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
+        if self.takes_lengths:
+            self.seqlens_k[: len(new_lengths)] = new_lengths - 1
+            self.total[()] = longest
+            self.graph.session.run_with_iobinding(self.io)
+            self.lengths, self.longest = new_lengths, longest
+            self.uniform = bool(new_lengths.min() == longest) if uniform is None else uniform
+            return self.logits
         if uniform is None:
             uniform = bool(new_lengths.min() == longest)
         n = len(new_lengths)
@@ -186,6 +209,7 @@ class CachedDecoder:
             self.ones = np.ones(n * self.shape[1], dtype=np.int64)
             self.step_ids = np.zeros((n, 1), dtype=np.int64)
             self.step_positions = np.zeros((n, 1), dtype=np.int64)
+            self.seqlens_k = np.zeros(n, dtype=np.int32)
         else:
             for buf in self.buffers.values():
                 buf[:n, :, :filled] = buf[rows, :, :filled]  # fancy index copies first: safe
@@ -194,11 +218,23 @@ class CachedDecoder:
         self.uniform = bool(self.lengths.min(initial=0) == self.longest)
         source = self.source[rows]
         if not np.array_equal(source, self.source) and self.static_full:
-            self.static = {k: v[source] for k, v in self.static_full.items()}
+            self.static = {k: v[source] if v.ndim else v for k, v in self.static_full.items()}
         self.source = source
         self.io.clear_binding_inputs()
         self.io.clear_binding_outputs()
         self._bind_state()
+
+
+def source_lengths(decoder: Graph, src_mask: np.ndarray) -> dict[str, np.ndarray]:
+    """What an encoder-decoder step takes of its right-padded (B, S) sources' lengths: format
+    5's encoder_seqlens_k (B,) and encoder_total_sequence_length () (int32, GroupQueryAttention's
+    own), older formats' encoder_attention_mask."""
+    if not decoder.takes_lengths:
+        return {"encoder_attention_mask": src_mask}
+    return {
+        ED_LENGTHS[2]: (src_mask.sum(axis=1) - 1).astype(np.int32),
+        ED_LENGTHS[3]: np.array(src_mask.shape[1], dtype=np.int32),
+    }
 
 
 def start_encoder_decoder(
@@ -210,13 +246,13 @@ def start_encoder_decoder(
     cross = encoder.run({"input_ids": src, "attention_mask": src_mask})
     # the encoder's present.{i}.encoder.* are the decoder's past_key_values.{i}.encoder.*
     names = [name.replace("present", "past_key_values", 1) for name in encoder.output_names]
-    static = dict(zip(names, cross))
-    static["encoder_attention_mask"] = src_mask
+    decoder = graphs["decoder"]
+    static = {**dict(zip(names, cross)), **source_lengths(decoder, src_mask)}
     m = cfg.model
     capacity = min(m.max_len, max_new + 1)
     dec = CachedDecoder(
-        graphs["decoder"], cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity,
-        len(src), static,
+        decoder, cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity, len(src),
+        static,
     )  # fmt: skip
     bos = np.full((len(src), 1), cfg.special_tokens.bos_id, dtype=np.int64)
     first = dec.prefill(bos, np.ones_like(bos)).copy()

@@ -111,7 +111,7 @@ def test_config_json_and_checksums(family, tokenizer_json):
     ckpt, pkg, model = family
     cfg = model.cfg
     config = json.loads((pkg / "config.json").read_text())
-    assert config["format"] == "edgeformer-package" and config["format_version"] == 4
+    assert config["format"] == "edgeformer-package" and config["format_version"] == 5
     assert config["family"] == cfg.family
     assert config["model"] == model_to_json(cfg.to_dict())  # Hugging Face names
     assert config["model"]["num_attention_heads"] == cfg.n_heads

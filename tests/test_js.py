@@ -124,6 +124,20 @@ def test_js_greedy_matches_python(node, ed_package, lm_package, record_property)
     print("\n".join(recorded))
 
 
+def test_js_reads_format_4_packages(node, ed_package, tmp_path):
+    """A format-4 encoder-decoder package (its step takes masks, not GQA's lengths) decodes on
+    onnxruntime-node to the same ids as format 5's, in place and re-fed."""
+    from test_run_configs import as_format_4
+
+    old = as_format_4(ed_package, tmp_path / "v4")
+    want = python_greedy(ed_package, "encoder-decoder", "fp32", SOURCES)
+    case = dict(family="encoder-decoder", inputs=SOURCES, max_new_tokens=MAX_NEW)
+    cases = [{**case, "package": str(old), "backend": "node", "variant": "fp32", "cache": cache}
+             for cache in ("inplace", "refeed")]  # fmt: skip
+    for got in run_js(node, cases):
+        assert got["ids"] == [w[0] for w in want], got["cache"]
+
+
 def test_web_variants_on_wasm_match_python(node, ed_checkpoint, lm_checkpoint, tmp_path):
     """int8-web / int4-web (MatMulNBits accuracy_level 0: fp32 compute) decode on wasm as the
     Python runtime decodes them on the CPU provider: the quantized variants whose golden run and

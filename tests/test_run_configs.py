@@ -1,7 +1,8 @@
 """A package's run configurations: generation_config.json (its default decoding settings, in
 Hugging Face's file and names), genai_config.json (onnxruntime-genai runs an LM package's
 decoder graph as it is), and config.json's format versions (3: Hugging Face field names; 4:
-cross-attention as a GroupQueryAttention step; format-2 and -3 packages still load)."""
+cross-attention as a GroupQueryAttention step; 5: the encoder-decoder step fed GQA's lengths;
+format-2, -3 and -4 packages still load)."""
 
 from __future__ import annotations
 
@@ -96,14 +97,75 @@ def _needed(graph) -> None:
     graph.node.extend(reversed(keep))
 
 
-def as_format_3(pkg: Path, out: Path) -> Path:
-    """A copy of an encoder-decoder package with format 3's graphs, as edgeformer wrote them
-    before format 4: cross-attention is MultiHeadAttention over the cross K/V with the encoder's
-    key padding mask; no last_key/last_value, no cross presents."""
+def as_format_4(pkg: Path, out: Path) -> Path:
+    """A copy of an encoder-decoder package with format 4's decoder, as edgeformer wrote it
+    before format 5: the step takes attention_mask and encoder_attention_mask (int64) and
+    derives GroupQueryAttention's lengths from them (ReduceSum - 1, and the mask's width)."""
     import onnx
     from onnx import TensorProto, helper
 
     shutil.copytree(pkg, out)
+    config = json.loads((out / "config.json").read_text())
+    for variant in config["variants"].values():
+        name = variant["files"]["decoder"]
+        proto = onnx.load(out / name, load_external_data=False)
+        g = proto.graph
+        lengths = {"seqlens_k", "total_sequence_length", "encoder_seqlens_k",
+                   "encoder_total_sequence_length"}  # fmt: skip
+        kept = [v for v in g.input if v.name not in lengths]
+        del g.input[:]
+        g.input.extend(kept[:2])  # input_ids, position_ids, then the masks, then the caches
+        g.input.extend(
+            helper.make_tensor_value_info(m, TensorProto.INT64, ["batch", axis])
+            for m, axis in (("attention_mask", "total_len"), ("encoder_attention_mask", "src_len"))
+        )
+        g.input.extend(kept[2:])
+        one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
+        g.initializer.extend([one, helper.make_tensor("axis1", TensorProto.INT64, [1], [1])])
+        nodes = []
+        for mask, pre in (("attention_mask", ""), ("encoder_attention_mask", "encoder_")):
+            i32 = TensorProto.INT32
+            nodes += [
+                helper.make_node("ReduceSum", [mask, "axis1"], [f"{mask}.n"], keepdims=0),
+                helper.make_node("Sub", [f"{mask}.n", "one"], [f"{mask}.k"]),
+                helper.make_node("Cast", [f"{mask}.k"], [f"{pre}seqlens_k"], to=i32),
+                helper.make_node("Shape", [mask], [f"{mask}.shape"]),
+                helper.make_node("Gather", [f"{mask}.shape", "one"], [f"{mask}.w"], axis=0),
+                helper.make_node("Squeeze", [f"{mask}.w"], [f"{mask}.w0"]),
+                helper.make_node("Cast", [f"{mask}.w0"], [f"{pre}total_sequence_length"], to=i32),
+            ]  # fmt: skip
+        nodes.extend(g.node)
+        del g.node[:]
+        g.node.extend(nodes)
+        onnx.save(proto, out / name)
+        config["files"][name] = sha256(out / name)
+    config["format_version"] = 4
+    config["graphs"] = io_names("encoder-decoder", config["model"]["decoder_layers"], 4)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_format_4_packages_still_load(ed_package, tmp_path):
+    """Format 4's encoder-decoder step (masks in, GQA's lengths derived in the graph) decodes
+    with this runtime: the same translations as format 5's, greedy and beam, every variant."""
+    old = as_format_4(ed_package, tmp_path / "v4")
+    assert "attention_mask" in load_package(old).config.graphs["decoder"]["inputs"]
+    for variant in ("fp32", "int8-dynamic"):
+        a, b = Translator(old, variant=variant), Translator(ed_package, variant=variant)
+        assert not a.model.graphs["decoder"].takes_lengths
+        assert b.model.graphs["decoder"].takes_lengths
+        assert a.translate_batch(TEXTS) == b.translate_batch(TEXTS)
+        assert a.translate_batch(TEXTS, num_beams=3) == b.translate_batch(TEXTS, num_beams=3)
+
+
+def as_format_3(pkg: Path, out: Path) -> Path:
+    """A copy of an encoder-decoder package with format 3's graphs, as edgeformer wrote them
+    before format 4: cross-attention is MultiHeadAttention over the cross K/V with the encoder's
+    key padding mask; no last_key/last_value, no cross presents (and format 4's masks)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    as_format_4(pkg, out)
     config = json.loads((out / "config.json").read_text())
     heads = config["model"]["num_attention_heads"]
     for variant in config["variants"].values():

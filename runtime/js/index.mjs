@@ -24,7 +24,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 
 export const PACKAGE_FORMAT = "edgeformer-package";
 export const FORMAT_VERSION = 4;
-export const READABLE_VERSIONS = [2, 3, 4]; // as the Python runtime (core/format.py)
+export const READABLE_VERSIONS = [2, 3, 4, 5]; // as the Python runtime (core/format.py)
 export const VARIANTS = ["fp32", "int8", "int4", "int8-dynamic"];
 
 // config.json's `model` uses Hugging Face's field names since format 3 (format 2: ours)
@@ -210,6 +210,15 @@ function pad(seqs, padId) {
   const ids = seqs.map((s) => [...s, ...Array(T - s.length).fill(padId)]);
   const mask = seqs.map((s) => [...Array(s.length).fill(1), ...Array(T - s.length).fill(0)]);
   return { ids, mask, T };
+}
+
+/** GroupQueryAttention's lengths of rows that hold lengths[b] tokens (format 5's encoder-decoder
+ * step): seqlens_k (B,) = lengths - 1 and total_sequence_length () = the longest, int32. */
+function gqaLengths(ort, lengths) {
+  return [
+    new ort.Tensor("int32", Int32Array.from(lengths, (n) => n - 1), [lengths.length]),
+    new ort.Tensor("int32", Int32Array.of(Math.max(...lengths)), []),
+  ];
 }
 
 /** (B, longest) mask: row b's first lengths[b] entries 1. */
@@ -596,7 +605,8 @@ class Stepper {
     );
     this.cache = {};
     for (const n of this.names) this.cache[n] = zeros(ort, [batch, m.kv_heads, capacity, m.cache_head_size]);
-    this.static = {}; // encoder-decoder: encoder mask and cross K/V
+    this.static = {}; // encoder-decoder: the source's lengths (format 5) or mask, cross K/V
+    this.takesLengths = this.session.inputNames.includes("seqlens_k"); // format 5's ED step
     const outs = this.session.outputNames;
     // "inplace": the same tensor as past input and present output; "refeed": fetch the presents
     this.fetches = { logits: null };
@@ -614,7 +624,13 @@ class Stepper {
     const S = ids[0].length;
     const srcMask = int64(ort, mask, [B, S]);
     const enc = await this.encoder.run({ input_ids: int64(ort, ids, [B, S]), attention_mask: srcMask });
-    this.static.encoder_attention_mask = srcMask;
+    if (this.takesLengths) {
+      const real = mask.map((row) => row.reduce((a, c) => a + c, 0));
+      this.static.encoder_seqlens_k = gqaLengths(ort, real)[0];
+      this.static.encoder_total_sequence_length = new ort.Tensor("int32", Int32Array.of(S), []);
+    } else {
+      this.static.encoder_attention_mask = srcMask;
+    }
     const inputs = new Set(this.session.inputNames);
     for (const [name, value] of Object.entries(enc)) {
       const past = name.replace("present", "past_key_values");
@@ -663,8 +679,12 @@ class Stepper {
       ...this.cache,
       input_ids: int64(ort, ids, [B, T]),
       position_ids: int64(ort, positions, [B, T]),
-      attention_mask: lengthMask(ort, newLengths),
     };
+    if (this.takesLengths) {
+      [feeds.seqlens_k, feeds.total_sequence_length] = gqaLengths(ort, newLengths);
+    } else {
+      feeds.attention_mask = lengthMask(ort, newLengths);
+    }
     const out = await this.session.run(feeds, this.fetches);
     if (this.mode === "refeed") for (const n of this.names) this.cache[n] = out[present(n)];
     this.lengths = newLengths;
