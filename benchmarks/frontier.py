@@ -8,15 +8,17 @@ package's fp32 weights converted, artifacts.ct2_package_dir), each stack in its 
   sacreBLEU (core.metrics.bleu_scores' bleu_lc: the README's protocol); bleu_cased beside it;
 - ms_per_sentence: each test sentence translated alone (batch 1), text in, text out, greedy to
   its EOS; the mean over the sentences, timed in the stack's process, in turns of LATENCY_TURN
-  sentences that rotate between the stacks (as measure.turns), a settle pause before each;
+  sentences that rotate between the stacks of every recipe (as measure.turns), a settle pause
+  before each: all the recipes' stacks are open at once, so a student and its teacher are timed
+  side by side;
 - sentences_per_s: the whole test file through the stack's batch path (ours:
   Translator.translate_file; CTranslate2: translate_batch with its max_batch_size / batch_type,
   the package's tokenizers around it), greedy to EOS, every batching of files.CANDIDATES (--quick:
-  QUICK_CANDIDATES; at most --threads sub-batches at once) interleaved between the stacks, twice
-  (--quick: once): the stack's best, as the `file` workload. Unlike that workload (random
-  weights: forced length), a trained model decides its output lengths, so each point also gives
-  its greedy BLEU and how many greedy translations equal edgeformer-fp32's (the same work where
-  they are equal).
+  QUICK_CANDIDATES; at most --threads sub-batches at once) interleaved between the stacks of every
+  recipe, twice (--quick: once): the stack's best, as the `file` workload. Unlike that workload
+  (random weights: forced length), a trained model decides its output lengths, so each point
+  also gives its greedy BLEU and how many greedy translations equal edgeformer-fp32's (the same
+  work where they are equal).
 
 Both speeds decode the same way (SPEED_DECODING); --quality-limit N uses the first N sentences.
 """
@@ -65,23 +67,62 @@ def frontier_stacks(variants: list[str], selected: list[Stack]) -> list[Stack]:
     return [get_stack(n) for n in names if n in chosen]
 
 
+@dataclasses.dataclass
+class _Entry:
+    """One recipe's stack: its runner (in a process of its own) and the recipe's test set."""
+
+    recipe: str
+    path: Path
+    stack: Stack
+    runner: Runner
+    sources: list[str]
+    refs: list[str]
+
+    @property
+    def key(self) -> str:
+        return f"{self.recipe}: {self.stack.name}"
+
+
 def run(settings: Settings, work: Path, selected: list[Stack]) -> tuple[list[dict], list[dict]]:
-    """(points, skipped stacks) of every --frontier package."""
+    """(points, skipped stacks) of every --frontier package. Every recipe's stacks are open at
+    once and timed in turns that rotate between all of them, so the ratios between recipes (a
+    student against its teacher) are as paired as those between the stacks of one recipe: a
+    host that slows down for a minute slows every recipe, not the one measured then."""
     recipes = [parse_spec(s) for s in settings.frontier]
     names = [r for r, _ in recipes]
     if len(set(names)) != len(names):
         raise ValueError(f"--frontier: two packages have the same recipe name in {names}; "
                          "name them: --frontier NAME=PATH")  # fmt: skip
-    points: list[dict] = []
+    entries: dict[str, _Entry] = {}
     skipped: list[dict] = []
+    try:
+        for recipe, path in recipes:
+            opened, failed = _open_recipe(recipe, path, settings, work, selected)
+            entries |= {e.key: e for e in opened}
+            skipped += failed
+        found = _measure(entries, settings)
+    finally:
+        for e in entries.values():
+            if e.runner.close:
+                e.runner.close()
+    for key, reason in found.pop("_failed").items():
+        skipped.append({"recipe": entries[key].recipe, "stack": entries[key].stack.name,
+                        "reason": reason})  # fmt: skip
+    points: list[dict] = []
     for recipe, path in recipes:
-        p, s = _recipe(recipe, path, settings, work, selected)
-        points += p
-        skipped += s
+        print(f"== {recipe} ({path})")
+        for skip in skipped:
+            if skip["recipe"] == recipe:
+                print(f"  skip {skip['stack']}: {skip['reason']}")
+        mine = [e for e in entries.values() if e.recipe == recipe and e.key in found["bleu"]]
+        points += [_point(e, found, mine) for e in mine]
     return points, skipped
 
 
-def _recipe(recipe: str, path: Path, settings: Settings, work: Path, selected: list[Stack]):
+def _open_recipe(
+    recipe: str, path: Path, settings: Settings, work: Path, selected: list[Stack]
+) -> tuple[list[_Entry], list[dict]]:
+    """The recipe's stacks, each opened in its own process, and those that could not be."""
     from ..runtime.package import load_package
 
     pkg = load_package(path)
@@ -92,8 +133,7 @@ def _recipe(recipe: str, path: Path, settings: Settings, work: Path, selected: l
     refs = quality.multi30k(SPLIT, tgt_lang, settings.quality_limit)
     job = Job("", Shape("ed", pkg.config.model), work, settings, package=path, frontier=True)
     print(f"== frontier: {recipe} ({path}), {len(sources)} sentences {src_lang}-{tgt_lang}")
-    runners: dict[str, Runner] = {}
-    stacks: dict[str, Stack] = {}
+    opened: list[_Entry] = []
     skipped: list[dict] = []
     for s in frontier_stacks(pkg.variants, selected):
         try:
@@ -105,52 +145,40 @@ def _recipe(recipe: str, path: Path, settings: Settings, work: Path, selected: l
             r = _open(s, job.with_stack(s.name))
             if r.sentences_ms is None:
                 raise RuntimeError("no text path")
-            runners[s.name], stacks[s.name] = r, s
+            opened.append(_Entry(recipe, path, s, r, sources, refs))
         except Exception as e:  # reported, not fatal
             skipped.append({"recipe": recipe, "stack": s.name, "reason": _err(e)})
-    try:
-        found = _measure(runners, sources, refs, settings)
-    finally:
-        for r in runners.values():
-            if r.close:
-                r.close()
-    for name, reason in found.pop("_failed").items():
-        skipped.append({"recipe": recipe, "stack": name, "reason": reason})
-    for skip in skipped:
-        print(f"  skip {skip['stack']}: {skip['reason']}")
-    greedy = found["greedy"]
-    fp32 = greedy.get("edgeformer-fp32")
-    points = []
-    for name in found["bleu"]:
-        s, outs = stacks[name], greedy[name]
-        best = found["file"][name]
-        points.append(
-            {
-                "recipe": recipe,
-                "package": str(path),
-                "stack": name,
-                "engine": "ctranslate2" if name in PEERS else "edgeformer",
-                "variant": s.variant or s.precision,
-                "bleu": found["bleu"][name]["bleu_lc"],
-                "bleu_cased": found["bleu"][name]["bleu"],
-                "bleu_decoding": BLEU_DECODING,
-                "ms_per_sentence": statistics.fmean(found["ms"][name]),
-                "sentences_per_s": files.sentences_per_s(len(sources), best["ms"]),
-                "file_batching": {k: v for k, v in best.items() if k != "ms"},
-                "speed_decoding": SPEED_DECODING,
-                "sentences": len(sources),
-                "bleu_greedy": _bleu_lc(outs, refs),
-                "same_as_fp32": (
-                    sum(a == b for a, b in zip(outs, fp32)) / len(outs) if fp32 else None
-                ),
-                "size_mb": round(artifacts.dir_size(runners[name].files) / 2**20, 2),
-                "threads": settings.threads,
-            }
-        )
-        p = points[-1]
-        print(f"  {name:<24} BLEU {p['bleu']:6.2f}  {p['ms_per_sentence']:8.2f} ms/sentence  "
-              f"{p['sentences_per_s']:8.1f} sentences/s")  # fmt: skip
-    return points, skipped
+    return opened, skipped
+
+
+def _point(e: _Entry, found: dict, recipe_entries: list[_Entry]) -> dict:
+    """The JSON point of one recipe's stack (printed as a line)."""
+    name, outs = e.stack.name, found["greedy"][e.key]
+    fp32 = next((found["greedy"][x.key] for x in recipe_entries
+                 if x.stack.name == "edgeformer-fp32"), None)  # fmt: skip
+    best = found["file"][e.key]
+    p = {
+        "recipe": e.recipe,
+        "package": str(e.path),
+        "stack": name,
+        "engine": "ctranslate2" if name in PEERS else "edgeformer",
+        "variant": e.stack.variant or e.stack.precision,
+        "bleu": found["bleu"][e.key]["bleu_lc"],
+        "bleu_cased": found["bleu"][e.key]["bleu"],
+        "bleu_decoding": BLEU_DECODING,
+        "ms_per_sentence": statistics.fmean(found["ms"][e.key]),
+        "sentences_per_s": files.sentences_per_s(len(e.sources), best["ms"]),
+        "file_batching": {k: v for k, v in best.items() if k != "ms"},
+        "speed_decoding": SPEED_DECODING,
+        "sentences": len(e.sources),
+        "bleu_greedy": _bleu_lc(outs, e.refs),
+        "same_as_fp32": sum(a == b for a, b in zip(outs, fp32)) / len(outs) if fp32 else None,
+        "size_mb": round(artifacts.dir_size(e.runner.files) / 2**20, 2),
+        "threads": found["threads"],
+    }
+    print(f"  {name:<24} BLEU {p['bleu']:6.2f}  {p['ms_per_sentence']:8.2f} ms/sentence  "
+          f"{p['sentences_per_s']:8.1f} sentences/s")  # fmt: skip
+    return p
 
 
 def _open(s: Stack, job: Job) -> Runner:
@@ -166,55 +194,55 @@ def _bleu_lc(hyps: list[str], refs: list[str]) -> float:
     return bleu_scores(hyps, refs)["bleu_lc"]
 
 
-def _measure(runners: dict[str, Runner], sources: list[str], refs: list[str], settings) -> dict:
-    """{"bleu": {stack: bleu_scores}, "ms": {stack: [ms per sentence]}, "greedy": {stack:
-    [translation]}, "file": {stack: best run}, "_failed": {stack: reason}} for the stacks that
-    did every part; a stack that fails is dropped with its reason."""
+def _measure(entries: dict[str, _Entry], settings) -> dict:
+    """{"bleu": {key: bleu_scores}, "ms": {key: [ms per sentence]}, "greedy": {key:
+    [translation]}, "file": {key: best run}, "_failed": {key: reason}, "threads": n} for the
+    entries (every recipe's stacks) that did every part; one that fails is dropped with its
+    reason. The timings rotate between all the entries."""
     from edgeformer.core.metrics import bleu_scores
 
-    live = dict(runners)
+    live = {k: e.runner for k, e in entries.items()}
     failed: dict[str, str] = {}
 
-    def attempt(name: str, fn, *args):
+    def attempt(key: str, fn, *args):
         try:
             return fn(*args)
         except Exception as e:
-            failed[name] = _err(e)
-            live.pop(name, None)
-            print(f"  {name} failed: {failed[name]}")
+            failed[key] = _err(e)
+            live.pop(key, None)
+            print(f"  {key} failed: {failed[key]}")
             return None
 
     bleu: dict[str, dict] = {}
-    for name, r in list(live.items()):  # quality: not timed
+    for key, r in list(live.items()):  # quality: not timed
         assert r.translate_texts is not None
         began = time.perf_counter()
-        hyps = attempt(name, r.translate_texts, sources, BEAMS)
+        hyps = attempt(key, r.translate_texts, entries[key].sources, BEAMS)
         if hyps is not None:
-            bleu[name] = bleu_scores(hyps, refs)
-            print(f"  BLEU {name:<24} {bleu[name]['bleu_lc']:6.2f} (beam {BEAMS}, lowercased; "
+            bleu[key] = bleu_scores(hyps, entries[key].refs)
+            print(f"  BLEU {key:<36} {bleu[key]['bleu_lc']:6.2f} (beam {BEAMS}, lowercased; "
                   f"{time.perf_counter() - began:.1f} s)")  # fmt: skip
 
-    n = len(sources)
     ms: dict[str, list[float]] = {k: [] for k in live}
     greedy: dict[str, list[str]] = {k: [] for k in live}
-    for name, r in list(live.items()):
+    for key, r in list(live.items()):
         assert r.sentences_ms is not None
-        attempt(name, r.sentences_ms, sources[:WARMUP_SENTENCES])  # warm-up, untimed
+        attempt(key, r.sentences_ms, entries[key].sources[:WARMUP_SENTENCES])  # warm-up, untimed
     began = time.perf_counter()
-    starts = range(0, n, LATENCY_TURN)
-    for turn, start in enumerate(starts):
-        names = list(live)
-        k = turn % max(len(names), 1)
-        for name in names[k:] + names[:k]:
-            if name not in live:
+    n = max((len(e.sources) for e in entries.values()), default=0)
+    for turn, start in enumerate(range(0, n, LATENCY_TURN)):
+        keys = list(live)
+        k = turn % max(len(keys), 1)
+        for key in keys[k:] + keys[:k]:
+            part = entries[key].sources[start : start + LATENCY_TURN]
+            if key not in live or not part:
                 continue
             time.sleep(measure.SETTLE_S)
-            got = attempt(name, live[name].sentences_ms, sources[start : start + LATENCY_TURN])
+            got = attempt(key, live[key].sentences_ms, part)
             if got is not None:
-                ms[name] += got[0]
-                greedy[name] += got[1]
-
-    print(f"  batch 1: {n} sentences per stack, {len(live)} stacks "
+                ms[key] += got[0]
+                greedy[key] += got[1]
+    print(f"  batch 1: {n} sentences per stack, {len(live)} stacks in turns "
           f"({time.perf_counter() - began:.0f} s)")  # fmt: skip
     began = time.perf_counter()
     best: dict[str, dict] = {}
@@ -222,34 +250,38 @@ def _measure(runners: dict[str, Runner], sources: list[str], refs: list[str], se
     # sub-batches at once only within the thread budget (each gets threads // inter_threads)
     candidates = tuple(c for c in candidates if c.inter_threads <= settings.threads)
     with tempfile.TemporaryDirectory(prefix="edgeformer-frontier-") as d:
-        src, warm = Path(d) / "src.txt", Path(d) / "warm.txt"
-        src.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
-        warm.write_text("".join(s + "\n" for s in sources[:32]), encoding="utf-8")
-        for name, r in list(live.items()):  # warm-up (and load) each inter_threads, untimed
+        srcs: dict[str, Path] = {}
+        for i, (key, e) in enumerate(entries.items()):
+            srcs[key] = Path(d) / f"src{i}.txt"
+            srcs[key].write_text("".join(s + "\n" for s in e.sources), encoding="utf-8")
+        for i, (key, r) in enumerate(list(live.items())):  # warm-up (and load), untimed
             assert r.text_file_ms is not None
+            warm = Path(d) / f"warm{i}.txt"
+            warm.write_text("".join(s + "\n" for s in entries[key].sources[:32]), "utf-8")
             for inter in sorted({c.inter_threads for c in candidates}):
                 batching = FileBatching(32, inter_threads=inter)
-                attempt(name, r.text_file_ms, warm, Path(d) / f"{name}.txt", batching)
+                attempt(key, r.text_file_ms, warm, Path(d) / f"out{i}.txt", batching)
         runs: dict[str, list[dict]] = {k: [] for k in live}
         for _ in range(1 if settings.quick else 2):
             for b in candidates:
-                for name in list(live):
+                for i, key in enumerate(list(live)):
                     time.sleep(measure.SETTLE_S)
-                    out = Path(d) / f"{name}.txt"
-                    ms_file = attempt(name, live[name].text_file_ms, src, out, b)
+                    out = Path(d) / f"out{i}.txt"
+                    ms_file = attempt(key, live[key].text_file_ms, srcs[key], out, b)
                     if ms_file is not None:
-                        runs[name].append({**dataclasses.asdict(b), "ms": ms_file})
-        for name in live:
-            best[name] = min(runs[name], key=lambda row: row["ms"])
-    print(f"  file: {len(candidates)} batchings x {1 if settings.quick else 2} per stack "
-          f"({time.perf_counter() - began:.0f} s)")  # fmt: skip
-    done = [k for k in live if k in bleu and len(ms[k]) == n]
+                        runs[key].append({**dataclasses.asdict(b), "ms": ms_file})
+        for key in live:
+            best[key] = min(runs[key], key=lambda row: row["ms"])
+    print(f"  file: {len(candidates)} batchings x {1 if settings.quick else 2} per stack, "
+          f"in turns ({time.perf_counter() - began:.0f} s)")  # fmt: skip
+    done = [k for k in live if k in bleu and len(ms[k]) == len(entries[k].sources)]
     return {
         "bleu": {k: bleu[k] for k in done},
         "ms": {k: ms[k] for k in done},
         "greedy": {k: greedy[k] for k in done},
         "file": {k: best[k] for k in done},
         "_failed": failed,
+        "threads": settings.threads,
     }
 
 

@@ -77,6 +77,21 @@ def test_frontier_points_table_and_plot(translation_package, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_frontier_times_recipes_side_by_side(translation_package, tmp_path, capsys):
+    """Two recipes are open at once and timed in the same turns: one point each, in the order
+    given, the same numbers where the weights are the same."""
+    out = tmp_path / "results"
+    argv = ["bench", "--frontier", f"b={translation_package}", "--frontier",
+            f"a={translation_package}", "--stacks", "edgeformer-fp32", "--quick", "--threads", "1",
+            "--quality-limit", "4", "--out", str(out), "--work", str(tmp_path / "w")]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads((out / "latest.json").read_text())
+    assert [p["recipe"] for p in res["frontier"]] == ["b", "a"]
+    b, a = res["frontier"]
+    assert a["bleu"] == b["bleu"] and a["bleu_greedy"] == b["bleu_greedy"]
+    assert "2 stacks in turns" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(not HAVE_CT2, reason="ctranslate2 not installed")
 def test_ct2_conversion_of_a_package_gives_our_greedy_ids(translation_package, tmp_path):
     """CTranslate2 on the package's fp32 weights decodes what our runtime's fp32 decodes."""
