@@ -97,6 +97,14 @@ def _needed(graph) -> None:
     graph.node.extend(reversed(keep))
 
 
+def _with_format(out: Path, config: dict, version: int) -> Path:
+    """Write `config` as the config.json of an encoder-decoder package of format `version`."""
+    config["format_version"] = version
+    config["graphs"] = io_names("encoder-decoder", config["model"]["decoder_layers"], version)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
 def as_format_4(pkg: Path, out: Path) -> Path:
     """A copy of an encoder-decoder package with format 4's decoder, as edgeformer wrote it
     before format 5: the step takes attention_mask and encoder_attention_mask (int64) and
@@ -139,10 +147,7 @@ def as_format_4(pkg: Path, out: Path) -> Path:
         g.node.extend(nodes)
         onnx.save(proto, out / name)
         config["files"][name] = sha256(out / name)
-    config["format_version"] = 4
-    config["graphs"] = io_names("encoder-decoder", config["model"]["decoder_layers"], 4)
-    (out / "config.json").write_text(json.dumps(config))
-    return out
+    return _with_format(out, config, 4)
 
 
 def test_format_4_packages_still_load(ed_package, tmp_path):
@@ -206,15 +211,12 @@ def as_format_3(pkg: Path, out: Path) -> Path:
             _needed(g)
             onnx.save(proto, out / name)
             config["files"][name] = sha256(out / name)
-    config["format_version"] = 3
-    config["graphs"] = io_names("encoder-decoder", config["model"]["decoder_layers"], 3)
-    (out / "config.json").write_text(json.dumps(config))
-    return out
+    return _with_format(out, config, 3)
 
 
 def test_format_3_packages_still_load(ed_package, tmp_path):
     """Format 3's encoder-decoder graphs (cross-attention as MultiHeadAttention) decode with
-    this runtime: the same translations as format 4's, greedy and beam."""
+    this runtime: the same translations as the current format's, greedy and beam."""
     import onnx
 
     old = as_format_3(ed_package, tmp_path / "v3")
