@@ -11,6 +11,9 @@ package's fp32 weights converted, artifacts.ct2_package_dir), each stack in its 
   sentences that rotate between the stacks of every recipe (as measure.turns), a settle pause
   before each: all the recipes' stacks are open at once, so a student and its teacher are timed
   side by side;
+- ms_per_token: the same batch-1 time over the tokens decoded (each greedy translation's ids
+  under the package's tokenizer, and its EOS): a recipe with another tokenizer cuts the same
+  text into another number of tokens, so compare recipes by ms_per_sentence;
 - sentences_per_s: the whole test file through the stack's batch path (ours:
   Translator.translate_file; CTranslate2: translate_batch with its max_batch_size / batch_type,
   the package's tokenizers around it), greedy to EOS, every batching of files.CANDIDATES (--quick:
@@ -30,6 +33,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import artifacts, files, measure, quality
 from .child import Worker
@@ -38,6 +42,9 @@ from .runners import Runner
 from .settings import Job, Settings
 from .shapes import Shape
 from .stacks import Stack, get_stack
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")  # the package's, where it has them
 PEERS = ("ct2-fp32", "ct2-int8")
@@ -77,6 +84,7 @@ class _Entry:
     runner: Runner
     sources: list[str]
     refs: list[str]
+    tokenizer: Tokenizer  # the package's (target side): counts the output tokens
 
     @property
     def key(self) -> str:
@@ -123,7 +131,9 @@ def _open_recipe(
     recipe: str, path: Path, settings: Settings, work: Path, selected: list[Stack]
 ) -> tuple[list[_Entry], list[dict]]:
     """The recipe's stacks, each opened in its own process, and those that could not be."""
+    from ..core.format import TOKENIZER_FILE
     from ..runtime.package import load_package
+    from ..runtime.tokenizer import load_tokenizer
 
     pkg = load_package(path)
     if pkg.family != "encoder-decoder":
@@ -133,6 +143,7 @@ def _open_recipe(
     refs = quality.multi30k(SPLIT, tgt_lang, settings.quality_limit)
     job = Job("", Shape("ed", pkg.config.model), work, settings, package=path, frontier=True)
     print(f"== frontier: {recipe} ({path}), {len(sources)} sentences {src_lang}-{tgt_lang}")
+    tok = load_tokenizer(path / TOKENIZER_FILE, pkg.config.model.vocab_size, str(path))
     opened: list[_Entry] = []
     skipped: list[dict] = []
     for s in frontier_stacks(pkg.variants, selected):
@@ -145,7 +156,7 @@ def _open_recipe(
             r = _open(s, job.with_stack(s.name))
             if r.sentences_ms is None:
                 raise RuntimeError("no text path")
-            opened.append(_Entry(recipe, path, s, r, sources, refs))
+            opened.append(_Entry(recipe, path, s, r, sources, refs, tok))
         except Exception as e:  # reported, not fatal
             skipped.append({"recipe": recipe, "stack": s.name, "reason": _err(e)})
     return opened, skipped
@@ -167,6 +178,7 @@ def _point(e: _Entry, found: dict, recipe_entries: list[_Entry]) -> dict:
         "bleu_cased": found["bleu"][e.key]["bleu"],
         "bleu_decoding": BLEU_DECODING,
         "ms_per_sentence": statistics.fmean(found["ms"][e.key]),
+        "ms_per_token": sum(found["ms"][e.key]) / _output_tokens(e.tokenizer, outs),
         "sentences_per_s": files.sentences_per_s(len(e.sources), best["ms"]),
         "file_batching": {k: v for k, v in best.items() if k != "ms"},
         "speed_decoding": SPEED_DECODING,
@@ -179,6 +191,12 @@ def _point(e: _Entry, found: dict, recipe_entries: list[_Entry]) -> dict:
     print(f"  {name:<24} BLEU {p['bleu']:6.2f}  {p['ms_per_sentence']:8.2f} ms/sentence  "
           f"{p['sentences_per_s']:8.1f} sentences/s")  # fmt: skip
     return p
+
+
+def _output_tokens(tok: Tokenizer, translations: list[str]) -> int:
+    """The tokens a decoder produced for these translations: each one's ids under the
+    package's tokenizer, and its EOS."""
+    return sum(len(tok.encode(t, add_special_tokens=False).ids) + 1 for t in translations)
 
 
 def _open(s: Stack, job: Job) -> Runner:

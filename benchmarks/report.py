@@ -185,14 +185,16 @@ def frontier_md(points: list[dict], skipped: list[dict]) -> list[str]:
             f"Speed: {p0['speed_decoding']}, text in and out, {p0['threads']} "
             f"thread{'s' if p0['threads'] > 1 else ''}, each "
             "stack in its own process: ms/sentence = each sentence alone (batch 1), mean; "
+            "ms/token = that time over the tokens decoded (the package's tokenizer, EOS "
+            "included); "
             "sentences/s = the whole file through the stack's batch path (ours translate_file, "
             "CTranslate2 translate_batch), its best batching. greedy BLEU = the batch-1 "
             "translations' (lowercased); = fp32 = the share of them equal to edgeformer-fp32's. "
             "CTranslate2 runs the package's fp32 weights, converted (int8: its quantization).",
             "",
-            "| recipe | stack | BLEU | BLEU cased | ms/sentence (batch 1) | sentences/s (file) "
-            "| best batching | greedy BLEU | = fp32 | size MB |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| recipe | stack | BLEU | BLEU cased | ms/sentence (batch 1) | ms/token (batch 1) "
+            "| sentences/s (file) | best batching | greedy BLEU | = fp32 | size MB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in points:
             b = p["file_batching"]
@@ -200,7 +202,8 @@ def frontier_md(points: list[dict], skipped: list[dict]) -> list[str]:
             same = _f(p["same_as_fp32"], 3) if p["same_as_fp32"] is not None else "—"
             lines.append(
                 f"| {p['recipe']} | {p['stack']} | **{_f(p['bleu'])}** | {_f(p['bleu_cased'])} "
-                f"| {_f(p['ms_per_sentence'])} | {_f(p['sentences_per_s'], 1)} "
+                f"| {_f(p['ms_per_sentence'])} | {_f(p.get('ms_per_token'), 3)} "
+                f"| {_f(p['sentences_per_s'], 1)} "
                 f"| {batching.describe()} | {_f(p['bleu_greedy'])} | {same} "
                 f"| {_f(p['size_mb'])} |"
             )

@@ -58,6 +58,7 @@ def test_frontier_points_table_and_plot(translation_package, tmp_path):
         assert 0 <= p["bleu"] <= 100 and 0 <= p["bleu_cased"] <= 100, p
         assert 0 <= p["bleu_greedy"] <= 100
         assert p["ms_per_sentence"] > 0 and p["sentences_per_s"] > 0, p
+        assert 0 < p["ms_per_token"] < p["ms_per_sentence"], p  # every output has its EOS
         assert "beam 5" in p["bleu_decoding"] and "lowercased" in p["bleu_decoding"]
         assert p["speed_decoding"].startswith("greedy")
         assert p["file_batching"]["max_batch_size"] == 32 and p["size_mb"] > 0
