@@ -123,7 +123,7 @@ def run(settings: Settings, work: Path, selected: list[Stack]) -> tuple[list[dic
             if skip["recipe"] == recipe:
                 print(f"  skip {skip['stack']}: {skip['reason']}")
         mine = [e for e in entries.values() if e.recipe == recipe and e.key in found["bleu"]]
-        points += [_point(e, found, mine) for e in mine]
+        points += [_point(e, found, mine, settings.threads) for e in mine]
     return points, skipped
 
 
@@ -162,7 +162,7 @@ def _open_recipe(
     return opened, skipped
 
 
-def _point(e: _Entry, found: dict, recipe_entries: list[_Entry]) -> dict:
+def _point(e: _Entry, found: dict, recipe_entries: list[_Entry], threads: int | None) -> dict:
     """The JSON point of one recipe's stack (printed as a line)."""
     name, outs = e.stack.name, found["greedy"][e.key]
     fp32 = next((found["greedy"][x.key] for x in recipe_entries
@@ -186,7 +186,7 @@ def _point(e: _Entry, found: dict, recipe_entries: list[_Entry]) -> dict:
         "bleu_greedy": _bleu_lc(outs, e.refs),
         "same_as_fp32": sum(a == b for a, b in zip(outs, fp32)) / len(outs) if fp32 else None,
         "size_mb": round(artifacts.dir_size(e.runner.files) / 2**20, 2),
-        "threads": found["threads"],
+        "threads": threads,
     }
     print(f"  {name:<24} BLEU {p['bleu']:6.2f}  {p['ms_per_sentence']:8.2f} ms/sentence  "
           f"{p['sentences_per_s']:8.1f} sentences/s")  # fmt: skip
@@ -214,7 +214,7 @@ def _bleu_lc(hyps: list[str], refs: list[str]) -> float:
 
 def _measure(entries: dict[str, _Entry], settings) -> dict:
     """{"bleu": {key: bleu_scores}, "ms": {key: [ms per sentence]}, "greedy": {key:
-    [translation]}, "file": {key: best run}, "_failed": {key: reason}, "threads": n} for the
+    [translation]}, "file": {key: best run}, "_failed": {key: reason}} for the
     entries (every recipe's stacks) that did every part; one that fails is dropped with its
     reason. The timings rotate between all the entries."""
     from edgeformer.core.metrics import bleu_scores
@@ -268,24 +268,27 @@ def _measure(entries: dict[str, _Entry], settings) -> dict:
     # sub-batches at once only within the thread budget (each gets threads // inter_threads)
     candidates = tuple(c for c in candidates if c.inter_threads <= settings.threads)
     with tempfile.TemporaryDirectory(prefix="edgeformer-frontier-") as d:
-        srcs: dict[str, Path] = {}
-        for i, (key, e) in enumerate(entries.items()):
-            srcs[key] = Path(d) / f"src{i}.txt"
-            srcs[key].write_text("".join(s + "\n" for s in e.sources), encoding="utf-8")
+        src: dict[str, Path] = {}  # each recipe's test file, and its first 32 lines
+        warm: dict[str, Path] = {}
+        test_sets = {e.recipe: e.sources for e in entries.values()}
+        for i, (recipe, sources) in enumerate(test_sets.items()):
+            text = [s + "\n" for s in sources]
+            src[recipe], warm[recipe] = Path(d) / f"src{i}.txt", Path(d) / f"warm{i}.txt"
+            src[recipe].write_text("".join(text), encoding="utf-8")
+            warm[recipe].write_text("".join(text[:32]), encoding="utf-8")
         for i, (key, r) in enumerate(list(live.items())):  # warm-up (and load), untimed
             assert r.text_file_ms is not None
-            warm = Path(d) / f"warm{i}.txt"
-            warm.write_text("".join(s + "\n" for s in entries[key].sources[:32]), "utf-8")
             for inter in sorted({c.inter_threads for c in candidates}):
                 batching = FileBatching(32, inter_threads=inter)
-                attempt(key, r.text_file_ms, warm, Path(d) / f"out{i}.txt", batching)
+                attempt(key, r.text_file_ms, warm[entries[key].recipe], Path(d) / f"out{i}.txt",
+                        batching)  # fmt: skip
         runs: dict[str, list[dict]] = {k: [] for k in live}
         for _ in range(1 if settings.quick else 2):
             for b in candidates:
                 for i, key in enumerate(list(live)):
                     time.sleep(measure.SETTLE_S)
                     out = Path(d) / f"out{i}.txt"
-                    ms_file = attempt(key, live[key].text_file_ms, srcs[key], out, b)
+                    ms_file = attempt(key, live[key].text_file_ms, src[entries[key].recipe], out, b)
                     if ms_file is not None:
                         runs[key].append({**dataclasses.asdict(b), "ms": ms_file})
         for key in live:
@@ -299,7 +302,6 @@ def _measure(entries: dict[str, _Entry], settings) -> dict:
         "greedy": {k: greedy[k] for k in done},
         "file": {k: best[k] for k in done},
         "_failed": failed,
-        "threads": settings.threads,
     }
 
 

@@ -158,21 +158,17 @@ class CachedDecoder:
         they are, other steps as a mask of rows right-padded to `longest`."""
         if longest > self.shape[1]:
             raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
-        if self.takes_lengths:
-            self.seqlens_k[: len(new_lengths)] = new_lengths - 1
-            self.total[()] = longest
-            self.graph.session.run_with_iobinding(self.io)
-            self.lengths, self.longest = new_lengths, longest
-            self.uniform = bool(new_lengths.min() == longest) if uniform is None else uniform
-            return self.logits
         if uniform is None:
             uniform = bool(new_lengths.min() == longest)
         n = len(new_lengths)
-        if uniform:  # a mask of ones: a view of the preallocated ones
-            mask = self.ones[: n * longest].reshape(n, longest)
+        if self.takes_lengths:  # written into the buffers bound with the state
+            self.seqlens_k[:n] = new_lengths - 1
+            self.total[()] = longest
+        elif uniform:  # a mask of ones: a view of the preallocated ones
+            self.io.bind_cpu_input("attention_mask", self.ones[: n * longest].reshape(n, longest))
         else:
             mask = (np.arange(longest)[None, :] < new_lengths[:, None]).astype(np.int64)
-        self.io.bind_cpu_input("attention_mask", mask)
+            self.io.bind_cpu_input("attention_mask", mask)
         self.graph.session.run_with_iobinding(self.io)
         self.lengths, self.longest, self.uniform = new_lengths, longest, uniform
         return self.logits
