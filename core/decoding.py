@@ -21,6 +21,7 @@ token sequences, no_repeat_ngram_size, and a stop test (the text API's stop stri
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -213,8 +214,15 @@ def fit_new_tokens(opts: GenerationOptions, room: int) -> tuple[GenerationOption
     asked for was cut to it): None means all `room`, a number at most `room`."""
     asked = opts.max_new_tokens
     n = room if asked is None else min(asked, room)
-    fitted = dataclasses.replace(opts, max_new_tokens=n, min_new_tokens=min(n, opts.min_new_tokens))
-    return fitted, asked is not None and n < asked
+    cut = asked is not None and n < asked
+    if n == asked and opts.min_new_tokens <= n:
+        return opts, cut
+    if n < 1:  # validated (a ValueError naming it)
+        low = min(n, opts.min_new_tokens)
+        return dataclasses.replace(opts, max_new_tokens=n, min_new_tokens=low), cut
+    fitted = copy.copy(opts)  # valid options, two valid values: no second validation
+    fitted.max_new_tokens, fitted.min_new_tokens = n, min(n, opts.min_new_tokens)
+    return fitted, cut
 
 
 def _new_tokens(opts: GenerationOptions) -> int:
@@ -368,6 +376,11 @@ class _Penalties:
         self.plain = (
             self.seen is None and not self.banned and self.history is None and self.forced is None
         )
+        # nothing to apply at any step but the bans of `banned`
+        self.bans_only = (
+            self.seen is None and self.history is None and self.forced is None
+            and not opts.ignore_eos and opts.min_new_tokens == 0
+        )  # fmt: skip
 
     def apply(
         self, logits: np.ndarray, n_generated: np.ndarray | int, in_place: bool = False
@@ -551,6 +564,34 @@ def _choose(
     return np.minimum((np.cumsum(probs, axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1)
 
 
+def _greedy_one(
+    logits: np.ndarray, stepper: Stepper, max_new: int, ends: np.ndarray, banned: list[int]
+) -> Iterator[Step]:
+    """`steps` for one row, greedy, with nothing to adjust but banned ids (no penalty, prefix
+    or stop test): Python ints between the graph's runs, the batch-1 latency path. The same
+    tokens as the general loop: a banned id is set to -inf and the argmax taken again only
+    when it comes out on top (tests/test_decoding.py)."""
+    row = np.zeros(1, dtype=np.int64)
+    ended, running = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
+    for a in (row, ended, running):  # shared by every Step: read-only
+        a.flags.writeable = False
+    end_set, banned_set = set(ends.tolist()), set(banned)
+    for t in range(max_new):
+        tok = int(logits[0].argmax())
+        if tok in banned_set:  # as _Penalties.apply would: banned ids out, argmax again
+            logits[0, banned] = -np.inf
+            tok = int(logits[0].argmax())
+        if not math.isfinite(logits[0, tok]):  # argmax picks a NaN first; -inf: all banned
+            _check_model(logits)
+            raise ValueError(ALL_BANNED)
+        tokens = np.array([tok], dtype=np.int64)
+        end = tok in end_set
+        yield Step(row, tokens, None, ended if end else running)
+        if end or t + 1 == max_new:
+            return
+        logits = stepper.step(tokens)
+
+
 class Step(NamedTuple):
     """One step of the greedy / sampling loop, for the rows still running (original indices)."""
 
@@ -574,13 +615,16 @@ def steps(
     `stepper.select`. Chosen tokens are scored by the adjusted distribution (penalties and bans
     applied, before temperature / top-k / top-p), forced ones by the model's.
     """
-    rng = np.random.default_rng(opts.seed)
     n, vocab = first_logits.shape
     ends = end_ids(opts, inputs.eos_id)
     penalties = _Penalties(opts, ends, vocab, inputs.context, n, inputs.banned)
     forcing = _Forcing(inputs.prefixes, inputs.ranks, n)
     stop = inputs.stop
     max_new = _new_tokens(opts)
+    if n == 1 and not (opts.sampling or scores or forcing.on or stop) and penalties.bans_only:
+        yield from _greedy_one(first_logits, stepper, max_new, ends, penalties.banned)
+        return
+    rng = np.random.default_rng(opts.seed)
     limit = forcing.lengths + max_new
     seqs: list[list[int]] = [[] for _ in range(n)]
     active = np.arange(n)

@@ -55,7 +55,7 @@ from .batching import (
 from .model import Model, WarnOnce, pad
 from .results import GenerationResult, ScoringResult, TextHypothesis, TranslationResult
 from .session import Providers, SessionSettings
-from .steppers import SlidingDecoder, start_decoder_only, start_encoder_decoder
+from .steppers import SlidingDecoder, give_back, start_decoder_only, start_encoder_decoder
 from .text import TextStream, check_texts, cut_at_stop, prefix_list, stop_test, text_problem
 
 __all__ = [
@@ -152,7 +152,9 @@ class Translator(_Loaded):
         stepper, first = self._start(sources, opts.max_new_tokens + longest)
         banned = self.banned_ids if banned is None else banned
         inputs = DecodeInputs(self.model.eos_id, None, banned, prefixes, stop=stop)
-        return decode(first, stepper, opts, inputs, scores)
+        found = decode(first, stepper, opts, inputs, scores)
+        give_back(stepper)
+        return found
 
     def _check_prefixes(self, prefixes: Sequence[Sequence[int]] | None, n: int) -> int:
         """The longest target prefix (ValueError for one that leaves no room)."""
@@ -529,7 +531,9 @@ class Generator(_Loaded):
         stepper, first, opts = self._start(prompts, opts)
         banned = self.banned_ids if banned is None else banned
         inputs = DecodeInputs(self.model.eos_id, prompts, banned, stop=stop)
-        return decode(first, stepper, opts, inputs, scores)
+        found = decode(first, stepper, opts, inputs, scores)
+        give_back(stepper)
+        return found
 
     def generate_ids(
         self,

@@ -42,6 +42,8 @@ def make_options(opts: GenerationOptions | None = None, **options) -> Generation
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
         raise ValueError(f"unknown generation option(s) {unknown}; valid: {list(OPTION_NAMES)}")
+    if not options and opts is not None:  # the defaults as they are (validated when made)
+        return opts
     if options.get("sampling") and "num_beams" not in options:
         options["num_beams"] = 1
     return dataclasses.replace(opts or GenerationOptions(), **options)

@@ -12,6 +12,10 @@ cross-attention's GQA writes each row's last source K/V back where they already 
 row index; the encoder's cross K/V are re-gathered only when the batch rows they belong to
 change (never between beams of the same source).
 
+A one-row request's decoder is given back when its request ends and taken by the next one-row
+request (`take_decoder` / `give_back`: one pool per decoder graph, shared by threads): batch-1
+latency pays neither its buffers nor most of its bindings again, only the new cross K/V.
+
 One loop for every caller: the runtime's Translator / Generator, export's parity check and
 the benchmark all decode through `start_encoder_decoder` / `start_decoder_only`.
 """
@@ -19,7 +23,8 @@ the benchmark all decode through `start_encoder_decoder` / `start_decoder_only`.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime as ort
@@ -33,6 +38,10 @@ class Graph:
     """One graph's session (CPU provider: see api.cpu_only)."""
 
     session: ort.InferenceSession
+    # a decoder graph's one-row CachedDecoders between requests (take_decoder / give_back):
+    # batch-1 latency skips their buffers and most bindings
+    idle: list[CachedDecoder] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @functools.cached_property
     def has_logits_3d(self) -> bool:
@@ -90,10 +99,11 @@ class CachedDecoder:
         self.rows = batch  # rows allocated in the buffers
         self.buffers = {n: np.zeros((batch, *self.shape), np.float32) for n in self.names}
         self.n = batch  # rows in use
-        self.lengths = np.zeros(batch, dtype=np.int64)
         # lengths.max(), and whether every row is that long (batch 1 always): kept as Python
-        # values so that a step needs no reduction over the rows
+        # values so that a step needs no reduction over the rows; the lengths array itself is
+        # made only when read while rows are uniform (see `lengths`)
         self.longest, self.uniform = 0, True
+        self._lengths: np.ndarray | None = None
         self.ones = np.ones(batch * capacity, dtype=np.int64)  # masks of uniform rows: views
         # per original batch row; contiguous and held here: a bound OrtValue does not own memory
         self.static_full = {k: np.asarray(v, order="C") for k, v in (static or {}).items()}
@@ -112,6 +122,16 @@ class CachedDecoder:
         self.total = np.zeros((), dtype=np.int32)
         self._bind_state()
 
+    @property
+    def lengths(self) -> np.ndarray:  # (N,) int64
+        if self._lengths is None:  # uniform rows: all `longest` long
+            self._lengths = np.full(self.n, self.longest, dtype=np.int64)
+        return self._lengths
+
+    @lengths.setter
+    def lengths(self, value: np.ndarray) -> None:
+        self._lengths = value
+
     # -- binding -------------------------------------------------------------------------------
     def _bind_state(self) -> None:
         """Bind cache buffers (in place: past = present), static inputs and the logits array."""
@@ -120,13 +140,7 @@ class CachedDecoder:
             value = _ortvalue(self.buffers[name][:n])
             io.bind_ortvalue_input(name, value)
             io.bind_ortvalue_output(name.replace("past_key_values", "present", 1), value)
-        outputs = self.graph.output_names
-        for name, value in self.static.items():
-            v = _ortvalue(value)
-            io.bind_ortvalue_input(name, v)
-            present = name.replace("past_key_values", "present", 1)
-            if present in outputs:  # format 4's cross K/V: GQA writes them back where they are
-                io.bind_ortvalue_output(present, v)
+        self._bind_static()
         if self.takes_lengths:
             io.bind_ortvalue_input(ED_LENGTHS[0], _ortvalue(self.seqlens_k[:n]))
             io.bind_ortvalue_input(ED_LENGTHS[1], _ortvalue(self.total))
@@ -137,6 +151,26 @@ class CachedDecoder:
             # onnxruntime's Unsqueeze copies nothing (source == target)
             io.bind_ortvalue_output(LOGITS_3D, _ortvalue(self.logits[:, None, :]))
         self.step_bound = False
+
+    def _bind_static(self) -> None:
+        """Bind the inputs that stay while rows do (an encoder-decoder's source lengths or mask
+        and cross K/V)."""
+        outputs = self.graph.output_names
+        for name, value in self.static.items():
+            v = _ortvalue(value)
+            self.io.bind_ortvalue_input(name, v)
+            present = name.replace("past_key_values", "present", 1)
+            if present in outputs:  # format 4's cross K/V: GQA writes them back where they are
+                self.io.bind_ortvalue_output(present, v)
+
+    def restart(self, static: dict[str, np.ndarray] | None) -> None:
+        """Empty a one-row decoder for a new request (its buffers and bindings kept; what a
+        cache holds past a row's length is never read): `take_decoder`'s reuse."""
+        assert self.rows == 1 and self.n == 1, "only one-row decoders are reused"
+        self.longest, self.uniform, self._lengths = 0, True, None
+        self.static_full = {k: np.asarray(v, order="C") for k, v in (static or {}).items()}
+        self.static = dict(self.static_full)
+        self._bind_static()
 
     def run(self, ids: np.ndarray, positions: np.ndarray, new_lengths: np.ndarray) -> np.ndarray:
         """ids, positions (N, T) int64; new_lengths (N,) tokens per row after this call.
@@ -156,21 +190,36 @@ class CachedDecoder:
         """Set the rows' lengths after this call (`new_lengths`, the longest `longest`;
         `uniform`: all rows that long, None: check) and run: format 5's ED step takes them as
         they are, other steps as a mask of rows right-padded to `longest`."""
-        if longest > self.shape[1]:
-            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
         if uniform is None:
             uniform = bool(new_lengths.min() == longest)
+        if uniform:
+            return self._run_uniform(longest)
+        if longest > self.shape[1]:
+            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
         n = len(new_lengths)
         if self.takes_lengths:  # written into the buffers bound with the state
             self.seqlens_k[:n] = new_lengths - 1
             self.total[()] = longest
-        elif uniform:  # a mask of ones: a view of the preallocated ones
-            self.io.bind_cpu_input("attention_mask", self.ones[: n * longest].reshape(n, longest))
         else:
             mask = (np.arange(longest)[None, :] < new_lengths[:, None]).astype(np.int64)
             self.io.bind_cpu_input("attention_mask", mask)
         self.graph.session.run_with_iobinding(self.io)
-        self.lengths, self.longest, self.uniform = new_lengths, longest, uniform
+        self._lengths, self.longest, self.uniform = new_lengths, longest, False
+        return self.logits
+
+    def _run_uniform(self, longest: int) -> np.ndarray:
+        """_run for rows all `longest` long after this call (batch 1, and batches until their
+        first row ends): Python ints only, no array made."""
+        if longest > self.shape[1]:
+            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for more")
+        n = self.n
+        if self.takes_lengths:
+            self.seqlens_k[:n] = longest - 1
+            self.total[()] = longest
+        else:  # a mask of ones: a view of the preallocated ones
+            self.io.bind_cpu_input("attention_mask", self.ones[: n * longest].reshape(n, longest))
+        self.graph.session.run_with_iobinding(self.io)
+        self._lengths, self.longest, self.uniform = None, longest, True
         return self.logits
 
     def prefill(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -179,16 +228,18 @@ class CachedDecoder:
         return self.run(ids, positions, self.lengths + mask.sum(axis=1))
 
     def step(self, tokens: np.ndarray) -> np.ndarray:  # (N,) -> (N, V)
-        n, lengths = self.n, self.lengths
+        n = self.n
         self.step_ids[:n, 0] = tokens
-        self.step_positions[:n, 0] = lengths
         if not self.step_bound:
             self.io.bind_ortvalue_input("input_ids", _ortvalue(self.step_ids[:n]))
             self.io.bind_ortvalue_input("position_ids", _ortvalue(self.step_positions[:n]))
             self.step_bound = True
         if self.uniform:
-            return self._run(lengths + 1, self.longest + 1, True)
-        return self._run(lengths + 1, int(lengths.max()) + 1)
+            self.step_positions[:n, 0] = self.longest
+            return self._run_uniform(self.longest + 1)
+        lengths = self.lengths
+        self.step_positions[:n, 0] = lengths
+        return self._run(lengths + 1, int(lengths.max()) + 1, False)
 
     # -- row selection -------------------------------------------------------------------------
     def select(self, rows: np.ndarray) -> None:
@@ -221,6 +272,34 @@ class CachedDecoder:
         self._bind_state()
 
 
+def take_decoder(
+    graph: Graph, cfg: PackageConfig, capacity: int, batch: int,
+    static: dict[str, np.ndarray] | None = None,
+) -> CachedDecoder:  # fmt: skip
+    """A CachedDecoder for `batch` rows of up to `capacity` positions: a one-row request
+    reuses one given back by an earlier request (give_back), sized for the model's max_len."""
+    if batch == 1:
+        with graph.lock:
+            dec = graph.idle.pop() if graph.idle else None
+        if dec is not None:
+            dec.restart(static)
+            return dec
+        capacity = cfg.model.max_len
+    m = cfg.model
+    return CachedDecoder(
+        graph, cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity, batch, static
+    )
+
+
+def give_back(stepper: object) -> None:
+    """A finished request's decoder, for the next one-row request to reuse (take_decoder);
+    anything else (batches, beams, sliding decoders) is left to the garbage collector."""
+    if isinstance(stepper, CachedDecoder) and stepper.rows == 1 and stepper.n == 1:
+        with stepper.graph.lock:
+            if len(stepper.graph.idle) < 64:
+                stepper.graph.idle.append(stepper)
+
+
 def source_lengths(decoder: Graph, src_mask: np.ndarray) -> dict[str, np.ndarray]:
     """What an encoder-decoder step takes of its right-padded (B, S) sources' lengths: format
     5's encoder_seqlens_k (B,) and encoder_total_sequence_length () (int32, GroupQueryAttention's
@@ -244,14 +323,9 @@ def start_encoder_decoder(
     names = [name.replace("present", "past_key_values", 1) for name in encoder.output_names]
     decoder = graphs["decoder"]
     static = {**dict(zip(names, cross)), **source_lengths(decoder, src_mask)}
-    m = cfg.model
-    capacity = min(m.max_len, max_new + 1)
-    dec = CachedDecoder(
-        decoder, cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity, len(src),
-        static,
-    )  # fmt: skip
-    bos = np.full((len(src), 1), cfg.special_tokens.bos_id, dtype=np.int64)
-    first = dec.prefill(bos, np.ones_like(bos)).copy()
+    dec = take_decoder(decoder, cfg, min(cfg.model.max_len, max_new + 1), len(src), static)
+    # the BOS step: every row at position 0 (a step, so the step's bindings serve the next)
+    first = dec.step(np.full(len(src), cfg.special_tokens.bos_id, dtype=np.int64)).copy()
     return dec, first
 
 
@@ -259,12 +333,8 @@ def start_decoder_only(
     graphs: dict[str, Graph], cfg: PackageConfig, ids: np.ndarray, mask: np.ndarray, max_new: int
 ) -> tuple[CachedDecoder, np.ndarray]:
     """Prefill right-padded prompts (B, T): (stepper, logits after each prompt (B, V))."""
-    m = cfg.model
-    capacity = min(m.max_len, ids.shape[1] + max_new)
-    dec = CachedDecoder(
-        graphs["decoder"], cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity,
-        len(ids),
-    )  # fmt: skip
+    capacity = min(cfg.model.max_len, ids.shape[1] + max_new)
+    dec = take_decoder(graphs["decoder"], cfg, capacity, len(ids))
     first = dec.prefill(ids, mask).copy()
     return dec, first
 

@@ -403,6 +403,37 @@ def _rss_mb() -> float:
     return 0.0
 
 
+def test_one_row_requests_reuse_decoders_across_threads(translator, generator):
+    """Batch-1 requests take a decoder given back by an earlier one (steppers.take_decoder):
+    sources of every length, beams between them, streams left half-read, and eight threads
+    at once give what each request gives on its own."""
+    texts = ["a man rides a bike .", "zwei hunde .", "a", "two dogs play in the snow ." * 3]
+    prompts = ["a man", "x", "two dogs play"]
+    jobs = [(texts[i % 4], i % 2 + 1) for i in range(24)]
+    gen = dict(max_new_tokens=8)
+    expected = [translator.translate(x, num_beams=b, max_new_tokens=10) for x, b in jobs]
+    expected_lm = [generator.generate(p, **gen) for p in prompts]
+    translator.translate(texts[0], max_new_tokens=10)
+    assert translator.model.graphs["decoder"].idle  # given back after a greedy request
+    got: dict[int, str] = {}
+    got_lm: dict[int, str] = {}
+
+    def work(k: int) -> None:
+        for i in range(k, len(jobs), 8):
+            x, b = jobs[i]
+            next(iter(translator.stream(x, max_new_tokens=10)), None)  # never given back
+            got[i] = translator.translate(x, num_beams=b, max_new_tokens=10)
+            got_lm[i] = generator.generate(prompts[i % 3], **gen)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert [got[i] for i in range(len(jobs))] == expected
+    assert [got_lm[i] for i in range(len(jobs))] == [expected_lm[i % 3] for i in range(len(jobs))]
+
+
 def test_memory_is_stable_over_many_generations(generator, translator):
     opts = GenerationOptions(max_new_tokens=4, ignore_eos=True)
     beam = GenerationOptions(max_new_tokens=4, num_beams=2)
