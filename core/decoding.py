@@ -376,11 +376,9 @@ class _Penalties:
         self.plain = (
             self.seen is None and not self.banned and self.history is None and self.forced is None
         )
-        # nothing to apply at any step but the bans of `banned`
-        self.bans_only = (
-            self.seen is None and self.history is None and self.forced is None
-            and not opts.ignore_eos and opts.min_new_tokens == 0
-        )  # fmt: skip
+        # nothing to apply at any step but bans (`banned`, and the end tokens while
+        # min_new_tokens or ignore_eos say so): _greedy_one's case
+        self.bans_only = self.seen is None and self.history is None and self.forced is None
 
     def apply(
         self, logits: np.ndarray, n_generated: np.ndarray | int, in_place: bool = False
@@ -565,21 +563,25 @@ def _choose(
 
 
 def _greedy_one(
-    logits: np.ndarray, stepper: Stepper, max_new: int, ends: np.ndarray, banned: list[int]
-) -> Iterator[Step]:
-    """`steps` for one row, greedy, with nothing to adjust but banned ids (no penalty, prefix
-    or stop test): Python ints between the graph's runs, the batch-1 latency path. The same
-    tokens as the general loop: a banned id is set to -inf and the argmax taken again only
-    when it comes out on top (tests/test_decoding.py)."""
+    logits: np.ndarray, stepper: Stepper, max_new: int, ends: np.ndarray, banned: list[int],
+    held: int = 0,
+) -> Iterator[Step]:  # fmt: skip
+    """`steps` for one row, greedy, with nothing to adjust but bans (no penalty, prefix or
+    stop test): Python ints between the graph's runs, the batch-1 latency path. `banned` ids
+    are never chosen, nor the end tokens in the first `held` steps (min_new_tokens;
+    ignore_eos: all). The same tokens as the general loop: banned ids are set to -inf and the
+    argmax taken again only when one comes out on top (tests/test_decoding.py)."""
     row = np.zeros(1, dtype=np.int64)
     ended, running = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
     for a in (row, ended, running):  # shared by every Step: read-only
         a.flags.writeable = False
-    end_set, banned_set = set(ends.tolist()), set(banned)
+    end_set = set(ends.tolist())
+    with_ends = sorted(set(banned) | end_set)
     for t in range(max_new):
+        bans = with_ends if t < held else banned
         tok = int(logits[0].argmax())
-        if tok in banned_set:  # as _Penalties.apply would: banned ids out, argmax again
-            logits[0, banned] = -np.inf
+        if tok in bans:  # as _Penalties.apply would: banned ids out, argmax again
+            logits[0, bans] = -np.inf
             tok = int(logits[0].argmax())
         if not math.isfinite(logits[0, tok]):  # argmax picks a NaN first; -inf: all banned
             _check_model(logits)
@@ -622,7 +624,8 @@ def steps(
     stop = inputs.stop
     max_new = _new_tokens(opts)
     if n == 1 and not (opts.sampling or scores or forcing.on or stop) and penalties.bans_only:
-        yield from _greedy_one(first_logits, stepper, max_new, ends, penalties.banned)
+        held = max_new if opts.ignore_eos else opts.min_new_tokens  # steps with ends banned
+        yield from _greedy_one(first_logits, stepper, max_new, ends, penalties.banned, held)
         return
     rng = np.random.default_rng(opts.seed)
     limit = forcing.lengths + max_new

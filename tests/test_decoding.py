@@ -228,18 +228,19 @@ def test_forced_end_token_must_be_a_token_id(value):
 def test_one_row_greedy_path_equals_the_batched_loop(monkeypatch):
     """A lone greedy row goes through _greedy_one (Python ints between steps): the same
     tokens, stops and number of steps as the general loop running it beside another row,
-    with banned ids that come out on top and several end tokens."""
+    with banned ids that come out on top, several end tokens, min_new_tokens and ignore_eos."""
     import edgeformer.core.decoding as decoding
 
     taken = []
     fast = decoding._greedy_one
     monkeypatch.setattr(decoding, "_greedy_one", lambda *a: taken.append(1) or fast(*a))
-    for seed, max_new, banned, ends in itertools.product(
-        range(12), (1, 3, 9), ([], [1], [0, 4]), ((), (5,))
+    held = ({}, dict(min_new_tokens=1), dict(ignore_eos=True))
+    for seed, max_new, banned, ends, kw in itertools.product(
+        range(12), (1, 3, 9), ([], [1], [0, 4]), ((), (5,)), held
     ):
         m = Markov(seed)
         inputs = DecodeInputs(EOS, banned=banned)
-        opts = GenerationOptions(max_new_tokens=max_new, end_token=ends)
+        opts = GenerationOptions(max_new_tokens=max_new, end_token=ends, **kw)
         alone = generate(m.first(), m, opts, inputs)[0]
         steps_alone = m.steps
         pair = Markov(seed, 2)
@@ -247,4 +248,6 @@ def test_one_row_greedy_path_equals_the_batched_loop(monkeypatch):
         assert alone == both[0] == both[1]
         assert steps_alone == pair.steps  # no step past the last token
         assert not set(alone) & set(banned) and len(alone) <= max_new
-    assert len(taken) == 12 * 3 * 3 * 2  # every lone row took the fast path
+        if kw.get("ignore_eos"):
+            assert len(alone) == max_new
+    assert len(taken) == 12 * 3 * 3 * 2 * 3  # every lone row took the fast path
