@@ -231,6 +231,15 @@ def test_trained_model_equals_pytorch_and_copies(trained_ed):
     assert [h[0][0] for h in nbest] == t.translate_batch(sentences[:2], num_beams=4)
 
 
+def _in_threads(work, n: int) -> None:
+    """work(0) .. work(n - 1), each on its own thread, all at once; returns when all are done."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
 def test_one_translator_many_threads(translator):
     texts = ["a man rides a bike .", "two dogs play in the snow .", "zwei hunde .", "a"]
     jobs = [(texts[i % 4 :] + texts[: i % 4], i % 3 + 1) for i in range(16)]
@@ -242,11 +251,7 @@ def test_one_translator_many_threads(translator):
             x, b = jobs[i]
             got[i] = translator.translate_batch(x, num_beams=b, max_new_tokens=10)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    _in_threads(work, 8)
     assert [got[i] for i in range(len(jobs))] == expected
 
 
@@ -425,11 +430,7 @@ def test_one_row_requests_reuse_decoders_across_threads(translator, generator):
             got[i] = translator.translate(x, num_beams=b, max_new_tokens=10)
             got_lm[i] = generator.generate(prompts[i % 3], **gen)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    _in_threads(work, 8)
     assert [got[i] for i in range(len(jobs))] == expected
     assert [got_lm[i] for i in range(len(jobs))] == [expected_lm[i % 3] for i in range(len(jobs))]
 
