@@ -109,6 +109,7 @@ class CachedDecoder:
         self.static_full = {k: np.asarray(v, order="C") for k, v in (static or {}).items()}
         self.source = np.arange(batch)  # original batch row of each row
         self.static = dict(self.static_full)
+        self.reusable = False  # take_decoder's one-row decoders: given back for the next request
         self.io = graph.session.io_binding()
         # a step's (N, 1) token ids and positions: written in place into buffers bound once
         # (after each _bind_state), so a step binds only its attention mask
@@ -286,15 +287,17 @@ def take_decoder(
             return dec
         capacity = cfg.model.max_len
     m = cfg.model
-    return CachedDecoder(
+    dec = CachedDecoder(
         graph, cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity, batch, static
     )
+    dec.reusable = batch == 1
+    return dec
 
 
 def give_back(stepper: object) -> None:
     """A finished request's decoder, for the next one-row request to reuse (take_decoder);
     anything else (batches, beams, sliding decoders) is left to the garbage collector."""
-    if isinstance(stepper, CachedDecoder) and stepper.rows == 1 and stepper.n == 1:
+    if isinstance(stepper, CachedDecoder) and stepper.reusable and stepper.rows == stepper.n == 1:
         with stepper.graph.lock:
             if len(stepper.graph.idle) < 64:
                 stepper.graph.idle.append(stepper)
