@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 import onnxruntime as ort
 
+from ..core.config import ModelConfig
 from ..core.decoding import GenerationOptions, fit_new_tokens
 from ..core.format import (
     ATTENTION_HEAD_SIZE_KEY,
@@ -140,6 +141,23 @@ def _fixed_dims(name: str, H: int, G: int, D: int, V: int) -> dict[int, int]:
     return {}
 
 
+# one-row requests run the encoder on one thread when its weights are at most this many
+# (docs/design-notes.md, 2026-11-27): measured faster on 2 cores up to 120-token sources
+ONE_THREAD_ENCODER_MAX_PARAMS = 8_000_000
+
+
+def one_thread_encoder(settings: SessionSettings, m: ModelConfig) -> bool:
+    """Whether a Translator gets a one-thread encoder session for one-row requests: our own CPU
+    sessions on several threads, and an encoder small enough that one core runs it faster."""
+    if settings.options is not None or settings.providers is not None:
+        return False  # the caller's sessions, as configured
+    if (settings.threads or os.cpu_count() or 1) == 1:
+        return False
+    d, ff = m.d_model, m.d_ff
+    params = m.vocab_size * d + m.n_encoder_layers * (4 * d * d + 2 * d * ff)
+    return params <= ONE_THREAD_ENCODER_MAX_PARAMS
+
+
 class Model:
     """A loaded package: sessions for every graph of a variant, tokenizer, special ids."""
 
@@ -215,6 +233,9 @@ class Model:
                 )
             self.graphs[graph] = Graph(sess)
         check_graph_sizes(pkg, self.graphs)
+        if family == "encoder-decoder" and one_thread_encoder(settings, self.config.model):
+            path = pkg.file("encoder", variant)
+            self.graphs["encoder"].one_row = settings.one_thread().session(path, "encoder")
         # what the sessions run on: "cpu", or the providers asked for (onnxruntime's names)
         self.provider = (
             provider

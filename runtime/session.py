@@ -6,6 +6,7 @@ caller may ask for.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -96,6 +97,10 @@ class SessionSettings:
                         f"provider {name!r} is not available in this onnxruntime "
                         f"({ort.__version__}: {', '.join(known)})"
                     )
+
+    def one_thread(self) -> SessionSettings:
+        """These settings on one intra-op thread (a small encoder's one-row runs)."""
+        return dataclasses.replace(self, threads=1)
 
     def session(self, path: str | os.PathLike, graph: str) -> ort.InferenceSession:
         spinning = SPINNING[graph] if self.spinning is None else self.spinning

@@ -38,6 +38,9 @@ class Graph:
     """One graph's session (CPU provider: see api.cpu_only)."""
 
     session: ort.InferenceSession
+    # an encoder's session on one intra-op thread for one-row runs (Model: small encoders),
+    # the latency setting: handing each small kernel to other threads costs more than it gains
+    one_row: ort.InferenceSession | None = None
     # a decoder graph's one-row CachedDecoders between requests (take_decoder / give_back):
     # batch-1 latency skips their buffers and most bindings
     idle: list[CachedDecoder] = field(default_factory=list)
@@ -67,7 +70,10 @@ class Graph:
         return None if value is None else int(value)
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Plain run (the encoder): outputs in the graph's order, on the host."""
+        """Plain run (the encoder): outputs in the graph's order, on the host; one row on
+        `one_row` when there is one."""
+        if self.one_row is not None and len(feed["input_ids"]) == 1:
+            return self.one_row.run(None, feed)
         return self.session.run(None, feed)
 
 

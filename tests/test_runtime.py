@@ -435,6 +435,37 @@ def test_one_row_requests_reuse_decoders_across_threads(translator, generator):
     assert [got_lm[i] for i in range(len(jobs))] == [expected_lm[i % 3] for i in range(len(jobs))]
 
 
+def test_small_encoder_runs_one_row_on_one_thread(ed_package):
+    """A small model's one-row requests run the encoder on a one-thread session (the latency
+    setting), batches on the Translator's threads; translations are the same either way. The
+    caller's own SessionOptions or threads=1 get no second session."""
+    import numpy as np
+
+    t = Translator(ed_package, threads=2)
+    enc = t.model.graphs["encoder"]
+    assert enc.one_row is not None
+    one_row, runs = enc.one_row, []
+
+    class Spy:
+        def run(self, names, feed):
+            runs.append(len(feed["input_ids"]))
+            return one_row.run(names, feed)
+
+    enc.one_row = Spy()  # type: ignore[assignment]
+    texts = ["a man rides a bike .", "zwei hunde .", "two dogs play in the snow ." * 3]
+    alone = [t.translate(x, max_new_tokens=10) for x in texts]
+    batched = t.translate_batch(texts, max_new_tokens=10)
+    assert runs == [1, 1, 1] and alone == batched  # the batch ran on the session's threads
+    enc.one_row = None
+    assert [t.translate(x, max_new_tokens=10) for x in texts] == alone
+    feed = {"input_ids": np.array([[5, 6, 7, 2]]), "attention_mask": np.ones((1, 4), np.int64)}
+    for a, b in zip(one_row.run(None, feed), enc.session.run(None, feed)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    assert Translator(ed_package, threads=1).model.graphs["encoder"].one_row is None
+    own = Translator(ed_package, session_options=ort.SessionOptions())
+    assert own.model.graphs["encoder"].one_row is None
+
+
 def test_memory_is_stable_over_many_generations(generator, translator):
     opts = GenerationOptions(max_new_tokens=4, ignore_eos=True)
     beam = GenerationOptions(max_new_tokens=4, num_beams=2)
