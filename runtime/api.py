@@ -95,6 +95,17 @@ class _Loaded:
         self._warn = WarnOnce()
         self.banned_ids = (m.pad_id, m.bos_id)  # never chosen by the text API
 
+    @staticmethod
+    def _decode(
+        first: np.ndarray, stepper: Stepper, opts: GenerationOptions, inputs: DecodeInputs,
+        scores: bool,
+    ) -> list[list[Hypothesis]]:  # fmt: skip
+        """core.decoding.decode, then the stepper given back for the next one-row request
+        (steppers.give_back)."""
+        found = decode(first, stepper, opts, inputs, scores)
+        give_back(stepper)
+        return found
+
 
 class Translator(_Loaded):
     """Encoder-decoder package -> translations. Options: core.decoding.GenerationOptions."""
@@ -152,9 +163,7 @@ class Translator(_Loaded):
         stepper, first = self._start(sources, opts.max_new_tokens + longest)
         banned = self.banned_ids if banned is None else banned
         inputs = DecodeInputs(self.model.eos_id, None, banned, prefixes, stop=stop)
-        found = decode(first, stepper, opts, inputs, scores)
-        give_back(stepper)
-        return found
+        return self._decode(first, stepper, opts, inputs, scores)
 
     def _check_prefixes(self, prefixes: Sequence[Sequence[int]] | None, n: int) -> int:
         """The longest target prefix (ValueError for one that leaves no room)."""
@@ -531,9 +540,7 @@ class Generator(_Loaded):
         stepper, first, opts = self._start(prompts, opts)
         banned = self.banned_ids if banned is None else banned
         inputs = DecodeInputs(self.model.eos_id, prompts, banned, stop=stop)
-        found = decode(first, stepper, opts, inputs, scores)
-        give_back(stepper)
-        return found
+        return self._decode(first, stepper, opts, inputs, scores)
 
     def generate_ids(
         self,

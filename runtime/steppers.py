@@ -111,10 +111,8 @@ class CachedDecoder:
         self.longest, self.uniform = 0, True
         self._lengths: np.ndarray | None = None
         self.ones = np.ones(batch * capacity, dtype=np.int64)  # masks of uniform rows: views
-        # per original batch row; contiguous and held here: a bound OrtValue does not own memory
-        self.static_full = {k: np.asarray(v, order="C") for k, v in (static or {}).items()}
         self.source = np.arange(batch)  # original batch row of each row
-        self.static = dict(self.static_full)
+        self._set_static(static)
         self.reusable = False  # take_decoder's one-row decoders: given back for the next request
         self.io = graph.session.io_binding()
         # a step's (N, 1) token ids and positions: written in place into buffers bound once
@@ -175,9 +173,14 @@ class CachedDecoder:
         cache holds past a row's length is never read): `take_decoder`'s reuse."""
         assert self.rows == 1 and self.n == 1, "only one-row decoders are reused"
         self.longest, self.uniform, self._lengths = 0, True, None
+        self._set_static(static)
+        self._bind_static()
+
+    def _set_static(self, static: dict[str, np.ndarray] | None) -> None:
+        """The request's static inputs, per original batch row; contiguous and held here: a
+        bound OrtValue does not own memory."""
         self.static_full = {k: np.asarray(v, order="C") for k, v in (static or {}).items()}
         self.static = dict(self.static_full)
-        self._bind_static()
 
     def run(self, ids: np.ndarray, positions: np.ndarray, new_lengths: np.ndarray) -> np.ndarray:
         """ids, positions (N, T) int64; new_lengths (N,) tokens per row after this call.
