@@ -309,8 +309,9 @@ PRESETS: dict[str, TrainConfig] = {
         lr=1e-3,
         min_lr=1e-4,
     ),
-    # nanoGPT's CPU model (4 x 128, block 64, batch 12) at lr 2e-3 for 2500 iters: val 1.76 in
-    # ~2.7 min; nanoGPT's own final 1.874 by iter 1750 (benchmarks/train_speed.py)
+    # nanoGPT's CPU model (4 x 128, block 64, batch 12) with rotary positions instead of learned
+    # ones, at lr 2e-3 for 2500 iters; nanoGPT's own final 1.874 by iter ~1000 instead of ~1750
+    # with learned positions (benchmarks/train_speed.py, docs/training.md)
     "shakespeare-char-cpu": _lm(
         model=dict(
             d_model=128,
@@ -318,6 +319,7 @@ PRESETS: dict[str, TrainConfig] = {
             n_decoder_layers=4,
             d_ff=512,
             dropout=0.0,
+            positional="rotary",
         ),
         block_size=64,
         batch_size=12,
