@@ -323,8 +323,9 @@ def ct2_package_spec(package: Path):
     cross-attention KV, the embedding table with sqrt(d_model) folded in (so CTranslate2 does not
     scale it again), a tied head's last norm divided by that scale (`*.head`: multiplied back
     here; the head is the unscaled table), the position table indexed from 0 as CTranslate2's.
-    Not converted (NotImplementedError): rotary positions, a gated FFN, heads zero-padded to a
-    multiple of 8."""
+    Rotary positions: CTranslate2's own, on the whole head, 'rotate half' layout (not
+    interleaved), in both self-attentions. Not converted (NotImplementedError): a gated FFN,
+    heads zero-padded to a multiple of 8."""
     import numpy as np
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -335,10 +336,9 @@ def ct2_package_spec(package: Path):
     cfg, special = pkg.config.model, pkg.config.special_tokens
     if cfg.family != "encoder-decoder":
         raise NotImplementedError("CTranslate2 conversion of a package: encoder-decoder only")
-    if cfg.positional == "rotary" or cfg.activation not in CT2_ACTIVATIONS:
+    if cfg.activation not in CT2_ACTIVATIONS:
         raise NotImplementedError(
-            f"CTranslate2 conversion of a package: no {cfg.positional} positions / "
-            f"{cfg.activation} FFN (sinusoidal or learned positions; relu, gelu, silu FFN)"
+            f"CTranslate2 conversion of a package: no {cfg.activation} FFN (relu, gelu, silu)"
         )
     if attention_head_size(cfg.head_dim) != cfg.head_dim:
         raise NotImplementedError(
@@ -347,11 +347,17 @@ def ct2_package_spec(package: Path):
         )
     w = package_weights(package)
     scale = np.float32(np.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0)
-    spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm == "pre",
+    rotary = cfg.positional == "rotary"
+    sides = dict(
+        num_heads=cfg.n_heads, pre_norm=cfg.norm == "pre", rms_norm=cfg.norm_type == "rmsnorm",
         activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[cfg.activation]),
-        rms_norm=cfg.norm_type == "rmsnorm",
     )  # fmt: skip
+    if rotary:  # models/layers.py's Rotary: 'rotate half', all of a head's dims
+        sides |= dict(rotary_dim=cfg.head_dim, rotary_interleave=False, rotary_base=cfg.rope_theta)
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(cfg.n_encoder_layers, **sides),
+        transformer_spec.TransformerDecoderSpec(cfg.n_decoder_layers, **sides),
+    )
 
     def linear(s, name: str) -> None:
         s.weight = np.ascontiguousarray(w[f"{name}.weight_t"].T)
@@ -369,7 +375,10 @@ def ct2_package_spec(package: Path):
     table = w["embed.table"]
     for side in (spec.encoder, spec.decoder):
         side.scale_embeddings = False  # folded into the table
-        side.position_encodings.encodings = w["pos.table"]
+        if not rotary:
+            side.position_encodings.encodings = w["pos.table"]
+    if rotary:  # the encoder spec declares a position table even with rotary (the decoder's not)
+        del spec.encoder.position_encodings
     spec.encoder.embeddings[0].weight = table
     spec.decoder.embeddings.weight = table
     if cfg.tie_embeddings:

@@ -116,7 +116,8 @@ class CachedDecoder:
         self.reusable = False  # take_decoder's one-row decoders: given back for the next request
         self.io = graph.session.io_binding()
         # a step's (N, 1) token ids and positions: written in place into buffers bound once
-        # (after each _bind_state), so a step binds only its attention mask
+        # (after each _bind_state); a step binds nothing more (format 5's ED step: its lengths
+        # are bound with the state) or its attention mask (an LM, and format 4)
         self.step_ids = np.zeros((batch, 1), dtype=np.int64)
         self.step_positions = np.zeros((batch, 1), dtype=np.int64)
         self.step_bound = False

@@ -46,9 +46,8 @@ def _checkpoint(tmp_path_factory, tokenizer_json, **cfg_kwargs):
 
     torch.manual_seed(0)
     vocab = Tokenizer.from_file(str(tokenizer_json)).get_vocab_size()
-    cfg = ModelConfig(
-        vocab_size=vocab, d_model=32, n_heads=4, d_ff=64, dropout=0.0, max_len=64, **cfg_kwargs
-    )
+    base = dict(vocab_size=vocab, d_model=32, n_heads=4, d_ff=64, dropout=0.0, max_len=64)
+    cfg = ModelConfig(**(base | cfg_kwargs))
     model = build_model(cfg).eval()
     path = tmp_path_factory.mktemp("ckpt") / cfg.family
     return save_checkpoint(path, model, tokenizer_json)

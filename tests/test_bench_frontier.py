@@ -93,8 +93,32 @@ def test_frontier_times_recipes_side_by_side(translation_package, tmp_path, caps
     assert "2 stacks in turns" in capsys.readouterr().out
 
 
+@pytest.fixture(scope="module")
+def rotary_checkpoint(tmp_path_factory, tokenizer_json):
+    """A random-weight encoder-decoder with rotary positions, pre-LN (head dim 16: the decoder
+    step's GroupQueryAttention rotates q and k itself)."""
+    from conftest import _checkpoint
+
+    return _checkpoint(
+        tmp_path_factory, tokenizer_json, d_model=64, n_encoder_layers=2, n_decoder_layers=2,
+        positional="rotary", norm="pre",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rotary_package(rotary_checkpoint, tmp_path_factory):
+    from conftest import export
+
+    return export(rotary_checkpoint, tmp_path_factory, "rotary")
+
+
+# (checkpoint, package) fixtures: post-LN sinusoidal (the session's), pre-LN rotary
+CT2_CASES = [("ed_checkpoint", "translation_package"), ("rotary_checkpoint", "rotary_package")]
+
+
 @pytest.mark.skipif(not HAVE_CT2, reason="ctranslate2 not installed")
-def test_ct2_conversion_of_a_package_gives_our_greedy_ids(translation_package, tmp_path):
+@pytest.mark.parametrize("case", CT2_CASES, ids=["sinusoidal", "rotary"])
+def test_ct2_conversion_of_a_package_gives_our_greedy_ids(case, request, tmp_path):
     """CTranslate2 on the package's fp32 weights decodes what our runtime's fp32 decodes."""
     import ctranslate2
 
@@ -102,9 +126,10 @@ def test_ct2_conversion_of_a_package_gives_our_greedy_ids(translation_package, t
     from edgeformer.core.decoding import GenerationOptions
     from edgeformer.runtime import Translator
 
-    path = artifacts.ct2_package_dir(translation_package, tmp_path)
-    vocab = artifacts.package_vocab(translation_package / "tokenizer.json", 200)
-    ours = Translator(translation_package, variant="fp32", threads=1)
+    package = request.getfixturevalue(case[1])
+    path = artifacts.ct2_package_dir(package, tmp_path)
+    vocab = artifacts.package_vocab(package / "tokenizer.json", 200)
+    ours = Translator(package, variant="fp32", threads=1)
     eos = ours.model.eos_id
     sources = [[5 + (7 * i + j) % 150 for j in range(3 + i)] + [eos] for i in range(6)]
     want = ours.translate_ids(sources, GenerationOptions(max_new_tokens=12, ignore_eos=True))
@@ -116,6 +141,37 @@ def test_ct2_conversion_of_a_package_gives_our_greedy_ids(translation_package, t
     )  # fmt: skip
     index = {t: i for i, t in enumerate(vocab)}
     assert [[index[t] for t in r.hypotheses[0]] for r in res] == want
+
+
+@pytest.mark.skipif(not HAVE_CT2, reason="ctranslate2 not installed")
+@pytest.mark.parametrize("case", CT2_CASES, ids=["sinusoidal", "rotary"])
+def test_ct2_conversion_of_a_package_scores_as_pytorch(case, request, tmp_path):
+    """Teacher-forced log-probabilities of given targets: CTranslate2 on the converted package
+    against the PyTorch checkpoint, token by token (random models' greedy outputs repeat one
+    token, which positions barely change; these scores see every position)."""
+    import ctranslate2
+    import torch
+
+    from edgeformer.benchmarks import artifacts
+    from edgeformer.models.checkpoint import load_checkpoint
+
+    model = load_checkpoint(request.getfixturevalue(case[0]))[0].eval()
+    package = request.getfixturevalue(case[1])
+    cfg = model.cfg
+    vocab = artifacts.package_vocab(package / "tokenizer.json", cfg.vocab_size)
+    g = torch.Generator().manual_seed(0)
+    for n_src, n_tgt in ((5, 9), (11, 4)):
+        src = torch.randint(5, cfg.vocab_size, (1, n_src), generator=g)
+        tgt = torch.randint(5, cfg.vocab_size, (1, n_tgt), generator=g)
+        with torch.no_grad():
+            logits = model(src, torch.cat([torch.tensor([[cfg.bos_id]]), tgt], 1))
+        want = logits.log_softmax(-1)[0, torch.arange(n_tgt), tgt[0]]
+        ct2 = ctranslate2.Translator(
+            str(artifacts.ct2_package_dir(package, tmp_path)), device="cpu", intra_threads=1
+        )
+        (res,) = ct2.score_batch([[vocab[i] for i in src[0]]], [[vocab[i] for i in tgt[0]]])
+        got = torch.tensor(res.log_probs[:n_tgt])  # then the end token's
+        assert torch.allclose(got, want, atol=1e-3), (got, want)
 
 
 def test_recipe_names_and_pareto_front():
