@@ -375,10 +375,11 @@ def ct2_package_spec(package: Path):
     table = w["embed.table"]
     for side in (spec.encoder, spec.decoder):
         side.scale_embeddings = False  # folded into the table
-        if not rotary:
-            side.position_encodings.encodings = w["pos.table"]
     if rotary:  # the encoder spec declares a position table even with rotary (the decoder's not)
         del spec.encoder.position_encodings
+    else:
+        spec.encoder.position_encodings.encodings = w["pos.table"]
+        spec.decoder.position_encodings.encodings = w["pos.table"]
     spec.encoder.embeddings[0].weight = table
     spec.decoder.embeddings.weight = table
     if cfg.tie_embeddings:

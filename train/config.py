@@ -310,7 +310,7 @@ PRESETS: dict[str, TrainConfig] = {
         min_lr=1e-4,
     ),
     # nanoGPT's CPU model (4 x 128, block 64, batch 12) with rotary positions instead of learned
-    # ones, at lr 2e-3 for 2500 iters; nanoGPT's own final 1.874 by iter ~1000 instead of ~1750
+    # ones, at lr 2e-3 for 2500 iters; nanoGPT's own final 1.874 by iter 750-900 instead of ~1750
     # with learned positions (benchmarks/train_speed.py, docs/training.md)
     "shakespeare-char-cpu": _lm(
         model=dict(
