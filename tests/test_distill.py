@@ -4,6 +4,7 @@ runtime become a student's targets; cached, checked, at toy size."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import multi30k_slice
@@ -125,3 +126,150 @@ def test_a_changed_checkpoint_teacher_is_exported_again(student, teacher, capsys
     assert "exporting" in capsys.readouterr().out
     assert stamp.read_text().startswith(str(teacher.resolve()))
     assert Translator(student / TEACHER_PACKAGE, threads=1).translate("A dog runs.")
+
+
+# ---- --init-from-teacher: the student starts as the teacher cut to its layer counts
+
+
+def test_spaced_layers_keep_the_first_and_the_last():
+    from edgeformer.train.distill import spaced_layers
+
+    assert spaced_layers(4, 1) == [0]
+    assert spaced_layers(4, 2) == [0, 3]
+    assert spaced_layers(12, 3) == [0, 6, 11]  # distilBART's choice
+    assert spaced_layers(4, 4) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="cannot keep 5 of 4"):
+        spaced_layers(4, 5)
+
+
+def test_a_shrunk_student_holds_the_teachers_layers():
+    import torch
+
+    from edgeformer.models import ModelConfig, build_model
+    from edgeformer.train.distill import shrunk_config, shrunk_weights
+
+    t_cfg = ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_encoder_layers=2,
+                        n_decoder_layers=3, d_ff=32, max_len=20, dropout=0.3)  # fmt: skip
+    teacher = build_model(t_cfg)
+    wanted = ModelConfig(vocab_size=9, d_model=64, n_heads=4, n_encoder_layers=2,
+                         n_decoder_layers=2, d_ff=8, dropout=0.1)  # fmt: skip
+    s_cfg = shrunk_config(t_cfg, wanted)
+    assert (s_cfg.d_model, s_cfg.vocab_size, s_cfg.d_ff, s_cfg.n_decoder_layers) == (16, 50, 32, 2)
+    assert s_cfg.dropout == 0.1  # the student's own
+    student = build_model(s_cfg)
+    student.load_state_dict(shrunk_weights(teacher.state_dict(), t_cfg, s_cfg))  # strict
+    t, s = teacher.state_dict(), student.state_dict()
+    assert torch.equal(s["decoder.0.ffn.up.weight"], t["decoder.0.ffn.up.weight"])
+    assert torch.equal(s["decoder.1.ffn.up.weight"], t["decoder.2.ffn.up.weight"])  # the last
+    assert torch.equal(s["encoder.1.attn.qkv.weight"], t["encoder.1.attn.qkv.weight"])
+    # a student without linear biases starts from the teacher's weights without them
+    lean = replace(wanted, bias=False)
+    weights = shrunk_weights(teacher.state_dict(), t_cfg, shrunk_config(t_cfg, lean))
+    build_model(shrunk_config(t_cfg, lean)).load_state_dict(weights)  # strict
+    assert "decoder.0.ffn.up.bias" not in weights and "decoder.0.res_ffn.norm.bias" in weights
+    with pytest.raises(ValueError, match="n_decoder_layers .4. is more than the teacher's .3."):
+        shrunk_config(t_cfg, ModelConfig(n_encoder_layers=2, n_decoder_layers=4))
+
+
+@pytest.fixture(scope="module")
+def deep_teacher(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("deep-teacher")
+    train(small(data_dir, out, n_encoder_layers=2))
+    return out / "averaged"
+
+
+def test_init_from_teacher_starts_the_student_from_the_teachers_weights(data_dir, deep_teacher,
+                                                                         tmp_path):  # fmt: skip
+    from safetensors.torch import load_file
+
+    # a student asking for another width and vocabulary gets the teacher's; lr ~0 keeps the
+    # teacher's weights through its one epoch
+    cfg = small(data_dir, tmp_path, teacher=str(deep_teacher), init_from_teacher=True,
+                n_encoder_layers=1, d_model=64, vocab_size=150, lr=1e-12, epochs=1,
+                dropout=0.0)  # fmt: skip
+    train(cfg)
+    config = json.loads((tmp_path / "averaged" / "config.json").read_text())
+    teacher_config = json.loads((deep_teacher / "config.json").read_text())
+    assert config["model"] == teacher_config["model"] | {"n_encoder_layers": 1, "dropout": 0.0}
+    assert config["train"]["model"] == config["model"]  # the run records the model it trained
+    assert (tmp_path / "averaged" / "tokenizer.json").read_text() == (
+        deep_teacher / "tokenizer.json"
+    ).read_text()
+    t, s = (
+        load_file(deep_teacher / "model.safetensors"),
+        load_file(tmp_path / "averaged" / "model.safetensors"),
+    )
+    for name in ("embed.weight", "encoder.0.attn.qkv.weight", "decoder.0.cross.q.weight"):
+        assert (s[name] - t[name]).abs().max() < 1e-6, name
+    assert set(s) == {n for n in t if not n.startswith("encoder.1.")}
+
+
+def test_init_from_teacher_needs_a_checkpoint_teacher(data_dir, student, tmp_path):
+    package = student / TEACHER_PACKAGE
+    cfg = small(data_dir, tmp_path, teacher=str(package), init_from_teacher=True)
+    with pytest.raises(ValueError, match="not a checkpoint folder"):
+        train(cfg)
+    assert not (tmp_path / DISTILLED).exists()  # failed before translating
+    with pytest.raises(ValueError, match="init_from_teacher needs teacher"):
+        TrainConfig(init_from_teacher=True)
+
+
+def test_a_teacher_that_translates_nothing_is_named(data_dir, teacher, tmp_path, monkeypatch):
+    import edgeformer.runtime
+
+    class Mute(edgeformer.runtime.Translator):  # an untrained teacher: EOS first, every time
+        def translate_iterable(self, texts, **options):
+            return iter(["" for _ in texts])
+
+    monkeypatch.setattr(edgeformer.runtime, "Translator", Mute)
+    cfg = small(data_dir, tmp_path, teacher=str(teacher))
+    with pytest.raises(ValueError, match="translated none of the 120 training sources"):
+        train(cfg)
+    assert not (tmp_path / DISTILLED / KEY_FILE).exists()
+
+
+def test_word_kd_loss_is_the_kl_divergence_over_real_targets():
+    import torch
+
+    from edgeformer.train.trainer import word_kd_loss
+
+    torch.manual_seed(0)
+    student, teacher = torch.randn(2, 3, 7), torch.randn(2, 3, 7)
+    target = torch.tensor([[4, 5, 0], [6, 0, 0]])  # 0: padding
+    assert word_kd_loss(teacher, teacher, target).item() == pytest.approx(0.0, abs=1e-6)
+    p, q = student.log_softmax(-1), teacher.log_softmax(-1)
+    kl = (q.exp() * (q - p)).sum(-1)  # (B, T)
+    expected = (kl[0, 0] + kl[0, 1] + kl[1, 0]) / 3
+    assert word_kd_loss(student, teacher, target).item() == pytest.approx(expected.item(), rel=1e-5)
+    student[0, 2] += 100  # a padded position changes nothing
+    assert word_kd_loss(student, teacher, target).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_word_kd_alone_is_zero_for_a_student_that_is_its_teacher(data_dir, teacher, tmp_path):
+    # the student is the whole teacher (no layer cut, no dropout): its next-token distributions
+    # are the teacher's, so with word_kd 1 (no cross-entropy on the translations) the training
+    # loss is zero; the cross-entropy alone would not be
+    cfg = small(data_dir, tmp_path, teacher=str(teacher), init_from_teacher=True, word_kd=1.0,
+                dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, epochs=1,
+                max_len=128, batch_tokens=2000)  # fmt: skip
+    train(cfg)
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert log[0]["train_loss"] == pytest.approx(0.0, abs=1e-5)
+    train(replace(cfg, word_kd=0.0, out=str(tmp_path / "ce")))
+    log = [json.loads(line) for line in (tmp_path / "ce" / "log.jsonl").read_text().splitlines()]
+    assert log[0]["train_loss"] > 0.5
+    with pytest.raises(ValueError, match="word_kd needs init_from_teacher"):
+        TrainConfig(teacher=str(teacher), word_kd=0.5)
+
+
+def test_the_translations_key_ignores_the_reference_logits(tmp_path):
+    from edgeformer.train.distill import distill_key
+
+    def key(files: dict) -> dict:
+        (tmp_path / "config.json").write_text(json.dumps({"files": files}))
+        return distill_key(tmp_path, ["A dog."], 5)
+
+    files = {"decoder.onnx": "aa", "weights.data": "bb", "golden.json": "cc"}
+    # golden.json's last bits follow export's thread count: the same teacher, the same key
+    assert key(files) == key(files | {"golden.json": "dd"})
+    assert key(files) != key(files | {"weights.data": "ee"})

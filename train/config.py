@@ -50,6 +50,17 @@ class TrainConfig:
         None, "--teacher: folder of the teacher's translations, to share between students "
         "(made there when missing or from another teacher; none: OUT/distilled)", metavar="DIR",
     )  # fmt: skip
+    init_from_teacher: bool = doc(
+        False, "--teacher (a checkpoint folder): the student starts as the teacher cut to the "
+        "run's layer counts (evenly spaced layers: shrink and fine-tune) with the teacher's "
+        "tokenizer, width, FFN and positions; the run sets only layers and dropout",
+    )  # fmt: skip
+    word_kd: float = doc(
+        0.0, "--init-from-teacher: weight of word-level distillation, the KL divergence from "
+        "the teacher's next-token distribution at each target position, in the loss beside "
+        "the cross-entropy on its translations (0: none; costs a teacher forward a batch)",
+        metavar="WEIGHT",
+    )  # fmt: skip
     tokenizer: str = doc("bpe", "bpe, or char (LM only)", choices=TOKENIZERS)
     lowercase: bool = doc(
         False, "BPE: lowercase all text (training data, then the package's inputs and outputs: "
@@ -120,6 +131,12 @@ class TrainConfig:
             bad("teacher (distillation) is for translation runs")
         if self.distilled is not None and self.teacher is None:
             bad("distilled (the teacher's translations) needs teacher")
+        if self.init_from_teacher and self.teacher is None:
+            bad("init_from_teacher needs teacher")
+        if not 0 <= self.word_kd <= 1:
+            bad(f"word_kd={self.word_kd} must be in [0, 1]")
+        if self.word_kd and not self.init_from_teacher:
+            bad("word_kd needs init_from_teacher (the teacher's tokenizer)")
         positive = ["epochs", "batch_tokens", "max_iters", "eval_interval"]
         positive += ["eval_iters", "block_size", "batch_size", "warmup", "average_last"]
         positive += ["teacher_beams"]

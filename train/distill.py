@@ -14,6 +14,15 @@ beam-search translations of the training sources instead of the human references
 The teacher's translations are simpler and more consistent than the references, so a much
 smaller model (here: a deep encoder and one decoder layer, decode cost being the decoder's)
 gets closer to the teacher than it would on the references (docs/training.md, distillation).
+
+With --init-from-teacher the student does not start from random weights but as the teacher
+cut to its layer counts (Shleifer & Rush, 2020, "shrink and fine-tune"):
+
+    teacher checkpoint (4+4)   embeddings, encoder layers 0 1 2 3, decoder layers 0 1 2 3
+        |  keep evenly spaced layers (spaced_layers), first and last among them
+        v
+    student (4+1)              embeddings, encoder layers 0 1 2 3, decoder layer 0
+                               (the teacher's tokenizer, width, FFN and positions)
 """
 
 from __future__ import annotations
@@ -22,11 +31,12 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from edgeformer.core.config import ModelConfig
 from edgeformer.core.files import atomic_text, sha256
-from edgeformer.core.format import CONFIG_FILE, PACKAGE_FORMAT
+from edgeformer.core.format import CONFIG_FILE, GOLDEN_FILE, PACKAGE_FORMAT
 from edgeformer.core.progress import Progress
 
 from .config import TrainConfig
@@ -79,8 +89,10 @@ def teacher_package(teacher: Path, out: Path, say: Callable[[str], None]) -> Pat
 def distill_key(package: Path, sources: list[str], beams: int) -> dict:
     """What the translations depend on: the teacher's files (the sha256 of each, as its
     config.json lists them; not the folder, which differs between students of one checkpoint,
-    nor config.json itself, which holds export's timings), the sources and the beam size."""
+    nor config.json itself, which holds export's timings, nor golden.json, PyTorch's reference
+    logits, whose last bits follow export's thread count), the sources and the beam size."""
     files = json.loads((package / CONFIG_FILE).read_text())["files"]
+    files = {name: digest for name, digest in files.items() if name != GOLDEN_FILE}
     text = "\n".join(sources).encode()
     return {
         "teacher_files_sha256": hashlib.sha256(
@@ -150,6 +162,11 @@ def distill(
     seconds = time.time() - t0
     pairs = [(s, h) for s, h in zip(fits, hyps) if h.strip()]
     dropped = len(sources) - len(pairs)
+    if not pairs:
+        raise ValueError(
+            f"--teacher {cfg.teacher} translated none of the {len(sources):,} training sources "
+            "(each too long for it, or translated to nothing): is it trained for this data?"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     for name, lines in ((src, [s for s, _ in pairs]), (tgt, [h for _, h in pairs])):
         with atomic_text(folder / f"train.{name}") as f:
@@ -162,6 +179,70 @@ def distill(
         f"({len(fits) / max(seconds, 1e-9):.1f} sentences/s), {dropped} dropped -> {folder}"
     )
     return Distilled([s for s, _ in pairs], [h for _, h in pairs], dropped, seconds)
+
+
+def spaced_layers(total: int, keep: int) -> list[int]:
+    """`keep` of `total` layers, evenly spaced, the first and (keep > 1) the last among them:
+    the teacher's layers a shrunk student starts from (Shleifer & Rush's distilBART copies
+    so: 1 of 12 -> [0], 3 of 12 -> [0, 6, 11]; here 1 of 4 -> [0], 2 of 4 -> [0, 3])."""
+    if not 1 <= keep <= total:
+        raise ValueError(f"cannot keep {keep} of {total} layers")
+    if keep == 1:
+        return [0]
+    return [round(i * (total - 1) / (keep - 1)) for i in range(keep)]
+
+
+def shrunk_config(teacher: ModelConfig, student: ModelConfig) -> ModelConfig:
+    """The teacher's shape with the student's layer counts, dropout and (only to drop them)
+    linear biases: all a student that starts from the teacher's weights can change."""
+    for side in ("n_encoder_layers", "n_decoder_layers"):
+        if getattr(student, side) > getattr(teacher, side):
+            raise ValueError(
+                f"--init-from-teacher: the student's {side} ({getattr(student, side)}) is more "
+                f"than the teacher's ({getattr(teacher, side)})"
+            )
+    keep = [
+        "n_encoder_layers", "n_decoder_layers", "dropout", "attention_dropout",
+        "activation_dropout",
+    ]  # fmt: skip
+    if student.bias and not teacher.bias:
+        raise ValueError("--init-from-teacher: the teacher's linear layers have no biases to keep")
+    keep.append("bias")
+    return replace(teacher, **{k: getattr(student, k) for k in keep})
+
+
+def shrunk_weights(teacher: dict, t_cfg: ModelConfig, s_cfg: ModelConfig) -> dict:
+    """The teacher's state dict with only the spaced_layers of each stack, renumbered, and
+    without its linear layers' biases when the student has none (s_cfg.bias False)."""
+    keep = {
+        "encoder": spaced_layers(t_cfg.n_encoder_layers, s_cfg.n_encoder_layers),
+        "decoder": spaced_layers(t_cfg.n_decoder_layers, s_cfg.n_decoder_layers),
+    }
+    out = {}
+    for source, value in teacher.items():
+        name = source
+        stack, _, rest = name.partition(".")
+        if stack in keep:
+            index, _, inner = rest.partition(".")
+            if int(index) not in keep[stack]:
+                continue
+            name = f"{stack}.{keep[stack].index(int(index))}.{inner}"
+        linear_bias = name.endswith(".bias") and teacher[source[:-5] + ".weight"].dim() == 2
+        if linear_bias and not s_cfg.bias:
+            continue
+        out[name] = value
+    return out
+
+
+def checkpoint_teacher(teacher: Path) -> Path:
+    """--init-from-teacher's teacher: a checkpoint folder (a package holds only graphs)."""
+    if not (teacher / "model.safetensors").is_file():
+        raise ValueError(
+            f"--init-from-teacher: --teacher {teacher} is not a checkpoint folder (a training "
+            "run's averaged/, best/ or last/); a model package holds graphs, not the weights "
+            "a student starts from"
+        )
+    return teacher
 
 
 def _fits(translator, text: str) -> bool:

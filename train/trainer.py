@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,13 @@ from edgeformer.models.batch import collate, make_pairs
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
 
 from .config import TrainConfig
-from .distill import distill
+from .distill import (
+    checkpoint_teacher,
+    distill,
+    shrunk_config,
+    shrunk_weights,
+    spaced_layers,
+)
 from .evaluate import lm_samples, translate_texts
 from .tokenizer import (
     PAD_ID,
@@ -108,6 +114,17 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
         return cfg.lr * math.sqrt(cfg.warmup / (step + 1))
     progress = min(1.0, (step - cfg.warmup) / max(1, total_steps - cfg.warmup))
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def word_kd_loss(
+    logits: torch.Tensor, teacher_logits: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
+    """Mean KL(teacher || student) of the next-token distributions over the non-padding
+    targets (Kim & Rush's Word-KD). (B, T, V), (B, T, V), (B, T) -> ()"""
+    keep = target != PAD_ID
+    log_p = F.log_softmax(logits[keep].float(), dim=-1)
+    log_q = F.log_softmax(teacher_logits[keep].float(), dim=-1)
+    return F.kl_div(log_p, log_q, log_target=True, reduction="batchmean")
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -352,6 +369,41 @@ def build(run: Run, vocab_size: int) -> tuple[EncoderDecoder | DecoderOnly, Mode
     return model.to(run.device), mcfg
 
 
+def start_from_teacher(run: Run) -> tuple[Any, Path, EncoderDecoder | DecoderOnly, ModelConfig]:
+    """--init-from-teacher: the teacher's tokenizer (copied to OUT/tokenizer.json) and the
+    teacher cut to the run's layer counts (train/distill.py); run.cfg's model becomes that
+    shape, so that the checkpoints record the model they hold."""
+    cfg = run.cfg
+    teacher = checkpoint_teacher(Path(str(cfg.teacher)))
+    t_model, t_config = load_checkpoint(teacher)
+    t_cfg = ModelConfig.from_dict(t_config["model"])
+    s_cfg = shrunk_config(t_cfg, cfg.model)
+    path = run.out / "tokenizer.json"
+    if run.main:
+        shutil.copyfile(teacher / "tokenizer.json", path)
+    run.barrier()
+    model = build_model(s_cfg)
+    model.load_state_dict(shrunk_weights(t_model.state_dict(), t_cfg, s_cfg))
+    run.cfg = replace(cfg, model=s_cfg)
+    run.say(
+        f"student: the teacher {teacher} ({t_cfg.n_encoder_layers}+{t_cfg.n_decoder_layers} "
+        f"layers) cut to {s_cfg.n_encoder_layers}+{s_cfg.n_decoder_layers}: encoder layers "
+        f"{spaced_layers(t_cfg.n_encoder_layers, s_cfg.n_encoder_layers)}, decoder layers "
+        f"{spaced_layers(t_cfg.n_decoder_layers, s_cfg.n_decoder_layers)}; its tokenizer "
+        f"({t_cfg.vocab_size:,}), width {t_cfg.d_model}, FFN {t_cfg.d_ff}"
+    )
+    return load_tokenizer(path), path, model.to(run.device), s_cfg
+
+
+def word_kd_teacher(run: Run) -> nn.Module:
+    """--word-kd's teacher: its checkpoint, in eval mode (no dropout), frozen."""
+    model, _ = load_checkpoint(checkpoint_teacher(Path(str(run.cfg.teacher))), run.device)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
 def restore(run: Run, optimizer: torch.optim.Optimizer) -> dict:
     if run.cfg.resume is None:
         return {"epoch": 0, "step": 0, "best": math.inf, "history": []}
@@ -483,11 +535,18 @@ def train_translation(run: Run) -> nn.Module:
     train_src, train_tgt = load_multi30k(
         "train", cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.max_sentences
     )
+    shrink = cfg.init_from_teacher and cfg.resume is None
+    if shrink:  # a package teacher fails here, not after its translations
+        checkpoint_teacher(Path(str(cfg.teacher)))
     if cfg.teacher is not None:
         train_src, train_tgt = distilled_pairs(run, train_src)
     val_src, val_tgt = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
-    tok, tok_path = prepare_tokenizer(run, train_src + train_tgt)
-    model, mcfg = build(run, tok.get_vocab_size())
+    if shrink:
+        tok, tok_path, model, mcfg = start_from_teacher(run)
+        cfg = run.cfg
+    else:
+        tok, tok_path = prepare_tokenizer(run, train_src + train_tgt)
+        model, mcfg = build(run, tok.get_vocab_size())
     train_pairs, dropped = make_pairs(encode(tok, train_src), encode(tok, train_tgt), mcfg.max_len)
     val_pairs, val_dropped = make_pairs(encode(tok, val_src), encode(tok, val_tgt), mcfg.max_len)
     if dropped or val_dropped:
@@ -518,6 +577,7 @@ def train_translation(run: Run) -> nn.Module:
     optimizer = make_optimizer(model, cfg)
     state = restore(run, optimizer)
     ddp = wrap(run, model)
+    teacher = word_kd_teacher(run) if cfg.word_kd else None
     lengths = [max(len(s), len(t) + 1) for s, t in train_pairs]
     steps_per_epoch = len(token_batches(lengths, cfg.batch_tokens)) // run.world
     total_steps = cfg.epochs * steps_per_epoch
@@ -537,6 +597,11 @@ def train_translation(run: Run) -> nn.Module:
             with run.autocast():
                 logits = ddp(src, tgt_in)
             loss = smoothed_loss(logits, tgt_out, cfg.label_smoothing)
+            if teacher is not None:
+                with torch.no_grad(), run.autocast():
+                    teacher_logits = teacher(src, tgt_in)
+                kd = word_kd_loss(logits, teacher_logits, tgt_out)
+                loss = (1 - cfg.word_kd) * loss + cfg.word_kd * kd
             optimize(ddp, optimizer, loss, lr, cfg.clip)
             step += 1
             n = int((tgt_out != PAD_ID).sum())
