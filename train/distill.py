@@ -201,13 +201,10 @@ def shrunk_config(teacher: ModelConfig, student: ModelConfig) -> ModelConfig:
                 f"--init-from-teacher: the student's {side} ({getattr(student, side)}) is more "
                 f"than the teacher's ({getattr(teacher, side)})"
             )
-    keep = [
-        "n_encoder_layers", "n_decoder_layers", "dropout", "attention_dropout",
-        "activation_dropout",
-    ]  # fmt: skip
     if student.bias and not teacher.bias:
         raise ValueError("--init-from-teacher: the teacher's linear layers have no biases to keep")
-    keep.append("bias")
+    keep = ("n_encoder_layers", "n_decoder_layers", "dropout", "attention_dropout",
+            "activation_dropout", "bias")  # fmt: skip
     return replace(teacher, **{k: getattr(student, k) for k in keep})
 
 

@@ -369,12 +369,13 @@ def build(run: Run, vocab_size: int) -> tuple[EncoderDecoder | DecoderOnly, Mode
     return model.to(run.device), mcfg
 
 
-def start_from_teacher(run: Run) -> tuple[Any, Path, EncoderDecoder | DecoderOnly, ModelConfig]:
-    """--init-from-teacher: the teacher's tokenizer (copied to OUT/tokenizer.json) and the
-    teacher cut to the run's layer counts (train/distill.py); run.cfg's model becomes that
-    shape, so that the checkpoints record the model they hold."""
+def start_from_teacher(
+    run: Run, teacher: Path
+) -> tuple[Any, Path, EncoderDecoder | DecoderOnly, ModelConfig]:
+    """--init-from-teacher: the teacher checkpoint's tokenizer (copied to OUT/tokenizer.json)
+    and the teacher cut to the run's layer counts (train/distill.py); run.cfg's model becomes
+    that shape, so that the checkpoints record the model they hold."""
     cfg = run.cfg
-    teacher = checkpoint_teacher(Path(str(cfg.teacher)))
     t_model, t_config = load_checkpoint(teacher)
     t_cfg = ModelConfig.from_dict(t_config["model"])
     s_cfg = shrunk_config(t_cfg, cfg.model)
@@ -537,12 +538,12 @@ def train_translation(run: Run) -> nn.Module:
     )
     shrink = cfg.init_from_teacher and cfg.resume is None
     if shrink:  # a package teacher fails here, not after its translations
-        checkpoint_teacher(Path(str(cfg.teacher)))
+        teacher_checkpoint = checkpoint_teacher(Path(str(cfg.teacher)))
     if cfg.teacher is not None:
         train_src, train_tgt = distilled_pairs(run, train_src)
     val_src, val_tgt = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
     if shrink:
-        tok, tok_path, model, mcfg = start_from_teacher(run)
+        tok, tok_path, model, mcfg = start_from_teacher(run, teacher_checkpoint)
         cfg = run.cfg
     else:
         tok, tok_path = prepare_tokenizer(run, train_src + train_tgt)
