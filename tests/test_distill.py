@@ -231,18 +231,42 @@ def test_a_teacher_that_translates_nothing_is_named(data_dir, teacher, tmp_path,
 def test_word_kd_loss_is_the_kl_divergence_over_real_targets():
     import torch
 
-    from edgeformer.train.trainer import word_kd_loss
+    from edgeformer.train.trainer import smoothed_loss
 
     torch.manual_seed(0)
     student, teacher = torch.randn(2, 3, 7), torch.randn(2, 3, 7)
     target = torch.tensor([[4, 5, 0], [6, 0, 0]])  # 0: padding
-    assert word_kd_loss(teacher, teacher, target).item() == pytest.approx(0.0, abs=1e-6)
+
+    def kd_loss(logits, kd):  # word_kd 1: the KL alone
+        return smoothed_loss(logits, target, 0.1, kd=kd, kd_weight=1.0).item()
+
+    q_all, ids_all = teacher.softmax(-1).sort(-1, descending=True)  # K = V: the exact KL
+    assert kd_loss(teacher, (ids_all, q_all)) == pytest.approx(0.0, abs=1e-6)
     p, q = student.log_softmax(-1), teacher.log_softmax(-1)
     kl = (q.exp() * (q - p)).sum(-1)  # (B, T)
     expected = (kl[0, 0] + kl[0, 1] + kl[1, 0]) / 3
-    assert word_kd_loss(student, teacher, target).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert kd_loss(student, (ids_all, q_all)) == pytest.approx(expected.item(), rel=1e-5)
     student[0, 2] += 100  # a padded position changes nothing
-    assert word_kd_loss(student, teacher, target).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert kd_loss(student, (ids_all, q_all)) == pytest.approx(expected.item(), rel=1e-5)
+    # K = 2: the KL from the teacher's two most likely tokens, renormalized
+    q2 = q_all[..., :2] / q_all[..., :2].sum(-1, keepdim=True)
+    kl2 = (q2 * (q2.log() - p.gather(-1, ids_all[..., :2]))).sum(-1)
+    expected2 = (kl2[0, 0] + kl2[0, 1] + kl2[1, 0]) / 3
+    assert kd_loss(student, (ids_all[..., :2], q2)) == pytest.approx(expected2.item(), rel=1e-5)
+    # word_kd 0.3: 0.7 x the smoothed cross-entropy + 0.3 x the KL, and its gradient
+    x = student.clone().requires_grad_(True)
+    mixed = smoothed_loss(x, target, 0.1, kd=(ids_all[..., :2], q2), kd_weight=0.3)
+    (grad,) = torch.autograd.grad(mixed, x)
+    y = student.clone().requires_grad_(True)
+    keep = target != 0
+    kl_y = (q2 * (q2.log() - y.log_softmax(-1).gather(-1, ids_all[..., :2]))).sum(-1)[keep].mean()
+    ce_y = torch.nn.functional.cross_entropy(
+        y.flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1
+    )
+    by_hand = 0.7 * ce_y + 0.3 * kl_y
+    (grad_by_hand,) = torch.autograd.grad(by_hand, y)
+    assert mixed.item() == pytest.approx(by_hand.item(), rel=1e-5)
+    assert torch.allclose(grad, grad_by_hand, atol=1e-6)
 
 
 def test_word_kd_alone_is_zero_for_a_student_that_is_its_teacher(data_dir, teacher, tmp_path):
@@ -250,11 +274,15 @@ def test_word_kd_alone_is_zero_for_a_student_that_is_its_teacher(data_dir, teach
     # are the teacher's, so with word_kd 1 (no cross-entropy on the translations) the training
     # loss is zero; the cross-entropy alone would not be
     cfg = small(data_dir, tmp_path, teacher=str(teacher), init_from_teacher=True, word_kd=1.0,
-                dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, epochs=1,
-                max_len=128, batch_tokens=2000)  # fmt: skip
-    train(cfg)
+                word_kd_topk=100_000, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                epochs=1, max_len=128, batch_tokens=2000)  # fmt: skip
+    train(cfg)  # K above the vocabulary: the teacher's whole distribution, the exact KL
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert log[0]["train_loss"] == pytest.approx(0.0, abs=1e-5)
+    # its 4 most likely tokens only: KL = -log(the probability they hold), > 0
+    train(replace(cfg, word_kd_topk=4, out=str(tmp_path / "top4")))
+    log = [json.loads(line) for line in (tmp_path / "top4" / "log.jsonl").read_text().splitlines()]
+    assert log[0]["train_loss"] > 1e-3
     train(replace(cfg, word_kd=0.0, out=str(tmp_path / "ce")))
     log = [json.loads(line) for line in (tmp_path / "ce" / "log.jsonl").read_text().splitlines()]
     assert log[0]["train_loss"] > 0.5
@@ -273,3 +301,18 @@ def test_the_translations_key_ignores_the_reference_logits(tmp_path):
     # golden.json's last bits follow export's thread count: the same teacher, the same key
     assert key(files) == key(files | {"golden.json": "dd"})
     assert key(files) != key(files | {"weights.data": "ee"})
+
+
+def test_the_loss_cost_benchmark_times_every_loss_on_the_same_batches(data_dir, teacher, tmp_path):
+    from edgeformer.benchmarks.loss_cost import main as loss_cost
+
+    args = ["--teacher", str(teacher), "--layers", "1,1", "--bias", "--batches", "2"]
+    args += ["--rounds", "1", "--threads", "1", "--data-dir", str(data_dir)]
+    assert loss_cost(args + ["--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "latest.json").read_text())
+    assert set(record["ms_per_batch"]) == {
+        "cross-entropy, F.cross_entropy", "cross-entropy, one pass",
+        "+ KL, teacher forward per batch", "+ KL, cached top 8",
+    }  # fmt: skip
+    assert all(len(v) == 1 and v[0] > 0 for v in record["ms_per_batch"].values())
+    assert record["batches"] == 2 and 0 < record["topk_pairs"] <= record["pairs"]

@@ -81,6 +81,18 @@ def test_loss_ignores_padding_and_smooths():
     nll = -logp.gather(-1, target[..., None]).mean()
     expected = 0.9 * nll + 0.1 * -logp.mean()
     assert torch.allclose(smoothed_loss(logits, target, 0.1), expected, atol=1e-6)
+    # its gradient (worked out in one pass, not by autograd) is F.cross_entropy's, padding and
+    # an LM's ignore index (-100) included
+    for pad_id in (0, -100):
+        tgt = padded_target.masked_fill(padded_target == 0, pad_id)
+        for eps in (0.0, 0.1):
+            x = padded_logits.clone().requires_grad_(True)
+            (ours,) = torch.autograd.grad(smoothed_loss(x, tgt, eps, pad_id=pad_id), x)
+            ref = torch.nn.functional.cross_entropy(
+                x.flatten(0, 1), tgt.flatten(), ignore_index=pad_id, label_smoothing=eps
+            )
+            (theirs,) = torch.autograd.grad(ref, x)
+            assert torch.allclose(ours, theirs, atol=1e-7)
 
 
 def test_lr_schedules():

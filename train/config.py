@@ -58,8 +58,14 @@ class TrainConfig:
     word_kd: float = doc(
         0.0, "--init-from-teacher: weight of word-level distillation, the KL divergence from "
         "the teacher's next-token distribution at each target position, in the loss beside "
-        "the cross-entropy on its translations (0: none; costs a teacher forward a batch)",
+        "the cross-entropy on its translations (0: none)",
         metavar="WEIGHT",
+    )  # fmt: skip
+    word_kd_topk: int = doc(
+        8, "--word-kd: the teacher's distribution at each target position is kept at its K "
+        "most likely tokens (renormalized), worked out once before the first epoch: the "
+        "epochs then cost what they cost without distillation (K = vocabulary: exact)",
+        metavar="K",
     )  # fmt: skip
     tokenizer: str = doc("bpe", "bpe, or char (LM only)", choices=TOKENIZERS)
     lowercase: bool = doc(
@@ -139,7 +145,7 @@ class TrainConfig:
             bad("word_kd needs init_from_teacher (the teacher's tokenizer)")
         positive = ["epochs", "batch_tokens", "max_iters", "eval_interval"]
         positive += ["eval_iters", "block_size", "batch_size", "warmup", "average_last"]
-        positive += ["teacher_beams"]
+        positive += ["teacher_beams", "word_kd_topk"]
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(f"{name}={getattr(self, name)!r} must be a positive integer")
