@@ -62,7 +62,7 @@ class TrainConfig:
         metavar="WEIGHT",
     )  # fmt: skip
     word_kd_topk: int = doc(
-        8, "--word-kd: the teacher's distribution at each target position is kept at its K "
+        64, "--word-kd: the teacher's distribution at each target position is kept at its K "
         "most likely tokens (renormalized), worked out once before the first epoch: the "
         "epochs then cost what they cost without distillation (K = vocabulary: exact)",
         metavar="K",
