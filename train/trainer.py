@@ -479,11 +479,10 @@ def teacher_topk(run: Run, pairs: list) -> TeacherTopK:
             top_p, top_ids = logits.float().softmax(-1).topk(k, dim=-1)  # (B, T, K)
             kept = top_p.sum(-1, keepdim=True)
             mass += float(kept[tgt_out != PAD_ID].sum())
-            top_p = top_p / kept
+            top_p, top_ids = (top_p / kept).cpu(), top_ids.to(torch.int32).cpu()  # one copy
             for row, i in enumerate(idx):
                 n = len(pairs[i][1]) + 1
-                ids[i] = top_ids[row, :n].to(torch.int32).cpu()
-                probs[i] = top_p[row, :n].cpu().clone()
+                ids[i], probs[i] = top_ids[row, :n].clone(), top_p[row, :n].clone()
                 positions += n
     bar.close()
     run.say(
