@@ -38,8 +38,10 @@ from edgeformer.train.distill import shrunk_config, shrunk_weights
 from edgeformer.train.tokenizer import encode, load_tokenizer
 from edgeformer.train.trainer import (
     Run,
+    TeacherTopK,
     make_optimizer,
     optimize,
+    pair_lengths,
     smoothed_loss,
     teacher_topk,
     token_batches,
@@ -48,7 +50,9 @@ from edgeformer.train.trainer import (
 Loss = Callable[[torch.Tensor, list[int], torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def variants(teacher: torch.nn.Module, topk, where: dict[int, int], cfg: TrainConfig) -> dict:
+def variants(
+    teacher: torch.nn.Module, topk: TeacherTopK, where: dict[int, int], cfg: TrainConfig
+) -> dict[str, Loss]:
     """name -> loss(student logits, pair indices, src, tgt_in, tgt_out)."""
     eps, w = cfg.label_smoothing, cfg.word_kd
 
@@ -103,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     tok = load_tokenizer(args.teacher / "tokenizer.json")
     src, tgt = load_multi30k("train", "en", "de", args.data_dir)
     pairs, _ = make_pairs(encode(tok, src), encode(tok, tgt), s_cfg.max_len)
-    lengths = [max(len(s), len(t) + 1) for s, t in pairs]
-    batches = token_batches(lengths, cfg.batch_tokens, seed=1)[: args.batches]
+    batches = token_batches(pair_lengths(pairs), cfg.batch_tokens, seed=1)[: args.batches]
     used = sorted({i for b in batches for i in b})
     t0 = time.perf_counter()
     topk = teacher_topk(Run(cfg, args.out, torch.device("cpu")), [pairs[i] for i in used])

@@ -67,6 +67,12 @@ CHECKPOINTS = ("best", "last", "averaged")
 # ----------------------------------------------------------------------------- batches and loss
 
 
+def pair_lengths(pairs: list) -> list[int]:
+    """A (source, target) pair's padded length in a batch: the longer of the source and the
+    target with BOS / EOS (token_batches' lengths)."""
+    return [max(len(s), len(t) + 1) for s, t in pairs]
+
+
 def token_batches(
     lengths: list[int], batch_tokens: int, seed: int | None = None
 ) -> list[list[int]]:
@@ -463,19 +469,19 @@ def teacher_topk(run: Run, pairs: list) -> TeacherTopK:
     """The teacher checkpoint (--teacher), frozen in eval mode, over all training pairs once:
     its top --word-kd-topk next tokens at each target position."""
     cfg = run.cfg
-    teacher, _ = load_checkpoint(checkpoint_teacher(Path(str(cfg.teacher))), run.device)
+    teacher, t_config = load_checkpoint(checkpoint_teacher(Path(str(cfg.teacher))), run.device)
     teacher.eval()
+    k = min(cfg.word_kd_topk, t_config["model"]["vocab_size"])
     t0, mass, positions = time.time(), 0.0, 0
     ids: list[torch.Tensor] = [torch.empty(0)] * len(pairs)
     probs: list[torch.Tensor] = [torch.empty(0)] * len(pairs)
-    batches = token_batches([max(len(s), len(t) + 1) for s, t in pairs], cfg.batch_tokens)
+    batches = token_batches(pair_lengths(pairs), cfg.batch_tokens)
     bar = run.progress("word-level distillation: the teacher's top tokens", len(batches), "batches")
     with torch.no_grad():
         for idx in bar.iterate(batches):
             src, tgt_in, tgt_out = (x.to(run.device) for x in collate([pairs[i] for i in idx]))
             with run.autocast():
                 logits = teacher(src, tgt_in)
-            k = min(cfg.word_kd_topk, logits.shape[-1])
             top_p, top_ids = logits.float().softmax(-1).topk(k, dim=-1)  # (B, T, K)
             kept = top_p.sum(-1, keepdim=True)
             mass += float(kept[tgt_out != PAD_ID].sum())
@@ -608,8 +614,7 @@ def translation_val_loss(run: Run, model: nn.Module, pairs) -> float:
     """Mean NLL (no smoothing) per target token over `pairs`."""
     model.eval()
     total, count = 0.0, 0
-    lengths = [max(len(s), len(t) + 1) for s, t in pairs]
-    for idx in token_batches(lengths, run.cfg.batch_tokens):
+    for idx in token_batches(pair_lengths(pairs), run.cfg.batch_tokens):
         src, tgt_in, tgt_out = (x.to(run.device) for x in collate([pairs[i] for i in idx]))
         with run.autocast():
             logits = model(src, tgt_in)
@@ -667,7 +672,7 @@ def train_translation(run: Run) -> nn.Module:
     state = restore(run, optimizer)
     ddp = wrap(run, model)
     kd = teacher_topk(run, train_pairs) if cfg.word_kd else None
-    lengths = [max(len(s), len(t) + 1) for s, t in train_pairs]
+    lengths = pair_lengths(train_pairs)
     steps_per_epoch = len(token_batches(lengths, cfg.batch_tokens)) // run.world
     total_steps = cfg.epochs * steps_per_epoch
     step = state["step"]
