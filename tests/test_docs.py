@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,33 @@ def test_block_runs_as_written(kind, code, layout, tmp_path):
     run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
                          timeout=TIMEOUT_S)  # fmt: skip
     assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
+
+
+def anchors(doc: Path) -> set[str]:
+    """GitHub's heading ids: lowercased, punctuation dropped, spaces to '-', repeats numbered."""
+    text = FENCE.sub("", doc.read_text())  # a '#' line inside a code block is not a heading
+    ids, repeats = set(), Counter[str]()
+    for title in HEADING.findall(text):
+        slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        ids.add(f"{slug}-{repeats[slug]}" if repeats[slug] else slug)
+        repeats[slug] += 1
+    return ids
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(ROOT)))
+def test_relative_links_reach_a_file_and_heading(doc):
+    broken = []
+    for target in LINK.findall(FENCE.sub("", doc.read_text())):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no such heading")
+    assert not broken, f"{doc.name}: " + "; ".join(broken)
