@@ -103,7 +103,8 @@ HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 def anchors(doc: Path) -> set[str]:
     """GitHub's heading ids: lowercased, punctuation dropped, spaces to '-', repeats numbered."""
     text = FENCE.sub("", doc.read_text())  # a '#' line inside a code block is not a heading
-    ids, repeats = set(), Counter[str]()
+    ids: set[str] = set()
+    repeats = Counter[str]()
     for title in HEADING.findall(text):
         slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
         ids.add(f"{slug}-{repeats[slug]}" if repeats[slug] else slug)
