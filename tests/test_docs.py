@@ -20,6 +20,7 @@ the test's interpreter. Both must exit 0 within TIMEOUT_S.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -100,7 +101,8 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 
 
-def anchors(doc: Path) -> set[str]:
+@functools.cache  # a file's ids are read once, not once per link to it
+def anchors(doc: Path) -> frozenset[str]:
     """GitHub's heading ids: lowercased, punctuation dropped, spaces to '-', repeats numbered."""
     text = FENCE.sub("", doc.read_text())  # a '#' line inside a code block is not a heading
     ids: set[str] = set()
@@ -109,7 +111,7 @@ def anchors(doc: Path) -> set[str]:
         slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
         ids.add(f"{slug}-{repeats[slug]}" if repeats[slug] else slug)
         repeats[slug] += 1
-    return ids
+    return frozenset(ids)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(ROOT)))
