@@ -188,8 +188,9 @@ def hf_config(shape: Shape):
         return MarianConfig(
             vocab_size=V, d_model=c.d_model, encoder_layers=c.n_encoder_layers,
             decoder_layers=c.n_decoder_layers, encoder_attention_heads=c.n_heads,
-            decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff,
-            activation_function=c.activation, max_position_embeddings=c.max_len,
+            decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff,
+            decoder_ffn_dim=c.decoder_ffn, activation_function=c.activation,
+            max_position_embeddings=c.max_len,
             dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
             pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1,
             forced_eos_token_id=None, share_encoder_decoder_embeddings=True,

@@ -297,8 +297,11 @@ def _shape_line(cfg: dict) -> str:
         else str(cfg["n_decoder_layers"])
     )
     pkg = f", package {cfg['package']}" if cfg.get("package") else ", random weights"
+    ffn = str(cfg["d_ff"])
+    if cfg.get("decoder_d_ff") is not None:
+        ffn += f" (decoder {cfg['decoder_d_ff']})"
     return (
-        f"d_model {cfg['d_model']}, {layers} layers, {cfg['n_heads']} heads, FFN {cfg['d_ff']} "
+        f"d_model {cfg['d_model']}, {layers} layers, {cfg['n_heads']} heads, FFN {ffn} "
         f"{cfg['activation']}, vocab {cfg['vocab_size']}, {cfg['norm']}-LN, "
         f"{cfg['positional']}{pkg}"
     )

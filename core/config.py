@@ -27,6 +27,9 @@ class ModelConfig:
     n_encoder_layers: int = doc(3, "encoder layers (encoder-decoder only)")
     n_decoder_layers: int = doc(3, "decoder layers")
     d_ff: int = doc(1024, "hidden width of each feed-forward block")
+    decoder_d_ff: int | None = doc(
+        None, "hidden width of the decoder's feed-forward blocks (encoder-decoder; none: --d-ff)"
+    )
     activation: str = doc(
         "relu", "feed-forward activation: relu, gelu, gelu_tanh (GPT-2's gelu_new), swiglu "
         "(gated SiLU: Llama), silu (ungated: Marian's swish)", choices=ACTIVATIONS,
@@ -83,6 +86,11 @@ class ModelConfig:
         for name in ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "d_ff", "max_len"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(f"{name}={getattr(self, name)!r} must be a positive integer")
+        ff = self.decoder_d_ff
+        if ff is not None and (not isinstance(ff, int) or ff < 1):
+            bad(f"decoder_d_ff={ff!r} must be a positive integer (or none: d_ff)")
+        if ff is not None and self.family == "decoder-only":
+            bad(f"decoder_d_ff={ff} is for encoder-decoder models (decoder-only: d_ff)")
         if self.family == "encoder-decoder" and self.n_encoder_layers < 1:
             bad(f"n_encoder_layers={self.n_encoder_layers} must be >= 1 for an encoder-decoder")
         if self.d_model % self.n_heads:
@@ -118,6 +126,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def decoder_ffn(self) -> int:
+        """The decoder layers' feed-forward width: decoder_d_ff, or d_ff when None."""
+        return self.d_ff if self.decoder_d_ff is None else self.decoder_d_ff
 
     @property
     def attention_p(self) -> float:

@@ -94,6 +94,7 @@ HF_NAMES = {
     "n_encoder_layers": "encoder_layers",
     "n_decoder_layers": "decoder_layers",
     "d_ff": "intermediate_size",
+    "decoder_d_ff": "decoder_ffn_dim",
     "activation": "hidden_act",
     "max_len": "max_position_embeddings",
     "tie_embeddings": "tie_word_embeddings",
@@ -105,9 +106,18 @@ HF_NAMES = {
 OUR_NAMES = {hf: ours for ours, hf in HF_NAMES.items()}
 
 
+# written only when set: a package whose decoder FFN is as wide as its encoder's has the keys of
+# the packages before decoder_d_ff existed, so earlier runtimes still read it
+OMITTED_WHEN_NONE = ("decoder_d_ff",)
+
+
 def model_to_json(model: dict) -> dict:
     """ModelConfig fields -> config.json's `model` (Hugging Face names where one exists)."""
-    return {HF_NAMES.get(k, k): v for k, v in model.items()}
+    return {
+        HF_NAMES.get(k, k): v
+        for k, v in model.items()
+        if not (k in OMITTED_WHEN_NONE and v is None)
+    }
 
 
 def model_from_json(model: dict, version: int) -> dict:

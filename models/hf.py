@@ -252,8 +252,7 @@ def marian_config(hf: dict) -> ModelConfig:
     if f.positive("decoder_attention_heads") != heads:
         raise f.bad("decoder_attention_heads", f.get("decoder_attention_heads"),
                     f"encoder_attention_heads ({heads})")  # fmt: skip
-    if f.positive("decoder_ffn_dim") != d_ff:
-        raise f.bad("decoder_ffn_dim", f.get("decoder_ffn_dim"), f"encoder_ffn_dim ({d_ff})")
+    decoder_d_ff = f.positive("decoder_ffn_dim")
     pad = f.token_id("pad_token_id", vocab)
     eos = f.token_id("eos_token_id", vocab)
     if pad is None or eos is None or pad == eos:
@@ -273,6 +272,7 @@ def marian_config(hf: dict) -> ModelConfig:
         n_encoder_layers=f.positive("encoder_layers"),
         n_decoder_layers=f.positive("decoder_layers"),
         d_ff=d_ff,
+        decoder_d_ff=None if decoder_d_ff == d_ff else decoder_d_ff,
         activation=MARIAN_ACTIVATIONS[str(act)],
         norm="post",
         norm_type="layernorm",

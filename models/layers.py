@@ -182,14 +182,14 @@ class FeedForward(nn.Module):
     """Position-wise FFN: Linear -> ReLU/GELU/SiLU -> dropout -> Linear; with activation 'swiglu'
     (Shazeer, 2020; Llama): down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, width: int):
         super().__init__()
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.up = nn.Linear(cfg.d_model, width, bias=cfg.bias)
         swiglu = cfg.activation == "swiglu"
-        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias) if swiglu else None
+        self.gate = nn.Linear(cfg.d_model, width, bias=cfg.bias) if swiglu else None
         self.act = ACTIVATION_MODULES[cfg.activation]()
         self.drop = nn.Dropout(cfg.activation_p)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.down = nn.Linear(width, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         if self.gate is not None:
@@ -217,7 +217,7 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.attn, self.ffn = SelfAttention(cfg), FeedForward(cfg)
+        self.attn, self.ffn = SelfAttention(cfg), FeedForward(cfg, cfg.d_ff)
         self.res_attn, self.res_ffn = Residual(cfg), Residual(cfg)
 
     def forward(self, x, mask, positions, rotary=None) -> torch.Tensor:
@@ -231,7 +231,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, cross: bool):
         super().__init__()
-        self.attn, self.ffn = SelfAttention(cfg), FeedForward(cfg)
+        self.attn, self.ffn = SelfAttention(cfg), FeedForward(cfg, cfg.decoder_ffn)
         self.res_attn, self.res_ffn = Residual(cfg), Residual(cfg)
         self.cross = CrossAttention(cfg) if cross else None
         self.res_cross = Residual(cfg) if cross else None

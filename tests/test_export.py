@@ -498,3 +498,22 @@ def test_other_configurations_match_pytorch(family_name, kw, tmp_path, tokenizer
     pkg = export_package(ckpt, tmp_path / "pkg", verbose=False)
     diffs = compare(load_checkpoint(ckpt)[0], load_package(pkg), batch=3, length=6, steps=5)
     assert max(diffs) <= 1e-4, diffs
+
+
+def test_a_decoder_with_its_own_ffn_width(tmp_path, tokenizer_json):
+    """decoder_d_ff: config.json's decoder_ffn_dim, written only when set; graphs match PyTorch."""
+    from edgeformer.models import ModelConfig, build_model
+    from edgeformer.models.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=200, d_model=32, n_heads=4, d_ff=64, decoder_d_ff=160,
+                      dropout=0.0, max_len=32, n_encoder_layers=1, n_decoder_layers=2)  # fmt: skip
+    ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg).eval(), tokenizer_json)
+    pkg = export_package(ckpt, tmp_path / "pkg", verbose=False)
+    model = json.loads((pkg / "config.json").read_text())["model"]
+    assert (model["intermediate_size"], model["decoder_ffn_dim"]) == (64, 160)
+    assert load_package(pkg).config.model == cfg
+    diffs = compare(load_checkpoint(ckpt)[0], load_package(pkg), batch=3, length=6, steps=5)
+    assert max(diffs) <= 1e-4, diffs
+    # a decoder as wide as the encoder: the key is left out, as in packages made before it
+    assert "decoder_ffn_dim" not in model_to_json(ModelConfig().to_dict())

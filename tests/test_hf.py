@@ -580,7 +580,6 @@ def test_marian_tokenizers_equal_sentencepiece(marian):
         (dict(share_encoder_decoder_embeddings=False), "share_encoder_decoder_embeddings"),
         (dict(decoder_vocab_size=99), "decoder_vocab_size=99"),
         (dict(decoder_attention_heads=2), "decoder_attention_heads=2"),
-        (dict(decoder_ffn_dim=64), "decoder_ffn_dim=64"),
         (dict(decoder_start_token_id=0), "decoder_start_token_id=0"),
         (dict(bad_words_ids=[[5]]), "bad_words_ids"),
     ],
@@ -594,6 +593,27 @@ def test_unsupported_marian_config_names_the_field(marian, changes, match, tmp_p
     with pytest.raises(ValueError, match=match.replace("[", r"\[")):
         convert_hf(dst, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_marian_with_its_own_decoder_ffn_width_matches_hugging_face(marian, tmp_path):
+    """encoder_ffn_dim != decoder_ffn_dim: our decoder_d_ff, every logit within 1e-4."""
+    hf, tok, src, _, _ = marian
+    dst = tmp_path / "hf"
+    shutil.copytree(src, dst)
+    config = transformers.MarianConfig.from_pretrained(src)
+    config.decoder_ffn_dim = 48
+    torch.manual_seed(1)
+    narrow = transformers.MarianMTModel(config).eval()
+    narrow.save_pretrained(dst, safe_serialization=True)
+    ours = load_checkpoint(convert_hf(dst, tmp_path / "checkpoint"))[0]
+    assert (ours.cfg.d_ff, ours.cfg.decoder_ffn) == (128, 48)
+    batch = tok(MARIAN_TEXTS, text_target=MARIAN_TEXTS[::-1], padding=True, return_tensors="pt")
+    start = torch.full((3, 1), hf.config.decoder_start_token_id)
+    tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)
+    with torch.no_grad():
+        ref = narrow(batch["input_ids"], batch["attention_mask"], decoder_input_ids=tgt_in).logits
+        got = ours(batch["input_ids"], tgt_in, batch["attention_mask"])
+    assert (ref - got).abs().max() <= 1e-4
 
 
 def test_marian_folder_without_spm_files(marian, tmp_path):

@@ -46,6 +46,8 @@ def model(family: str = "encoder-decoder", seed: int = 0, **kw):
         (dict(pad_id=2), "must differ"),  # eos_id 2 (pad_id == bos_id is allowed: Marian)
         (dict(eos_id=99), "outside the vocabulary"),
         (dict(positional="rotary", d_model=36, n_heads=4), "even head dim"),
+        (dict(decoder_d_ff=0), "decoder_d_ff=0 must be a positive integer"),
+        (dict(family="decoder-only", decoder_d_ff=64), "for encoder-decoder models"),
     ],
 )
 def test_bad_config_is_a_clear_error(kw, match):
@@ -77,6 +79,15 @@ def test_dropout_sites():
     assert torch.equal(m(src, tgt), m(src, tgt))  # eval: no dropout anywhere
     m.train()
     assert not torch.equal(m(src, tgt), m(src, tgt))  # the two sites are live in training
+
+
+def test_the_decoder_may_have_its_own_ffn_width():
+    m = model(decoder_d_ff=96)
+    assert m.cfg.decoder_ffn == 96 and tiny().decoder_ffn == tiny().d_ff
+    assert m.encoder[0].ffn.up.out_features == m.cfg.d_ff
+    assert m.decoder[0].ffn.up.out_features == m.decoder[0].ffn.down.in_features == 96
+    src, tgt = torch.randint(3, 40, (2, 6)), torch.randint(3, 40, (2, 5))
+    assert m(src, tgt).shape == (2, 5, 40)
 
 
 def test_config_round_trip_and_unknown_keys():
