@@ -10,6 +10,7 @@ print are comparable. BLEU is sacreBLEU (the `train` extra) on detokenised text:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 
 def bleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
@@ -26,6 +27,19 @@ def bleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
         "signature_lc": str(lower.get_signature()),
         "sentences": len(hyps),
     }
+
+
+def sentence_bleu(hyp: str, ref: str) -> float:
+    """sacreBLEU's sentence BLEU (13a, cased, exponential smoothing, effective order): how close
+    one hypothesis is to its reference, to pick among hypotheses (not a corpus score)."""
+    return _sentence_metric().sentence_score(hyp, [ref]).score
+
+
+@cache
+def _sentence_metric():
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(effective_order=True)
 
 
 def windows(ids: Sequence[int], max_len: int, limit: int | None = None) -> list[list[int]]:

@@ -171,6 +171,36 @@ def test_a_shrunk_student_holds_the_teachers_layers():
         shrunk_config(t_cfg, ModelConfig(n_encoder_layers=2, n_decoder_layers=4))
 
 
+def test_a_wider_decoder_ffn_starts_as_the_cut_teacher():
+    """--decoder-d-ff wider than the teacher's: the teacher's units, then fresh ones whose down
+    projection is zero, so the student computes what the cut teacher computes, and can learn."""
+    import torch
+
+    from edgeformer.models import ModelConfig, build_model
+    from edgeformer.train.distill import shrunk_config, shrunk_weights
+
+    t_cfg = ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_encoder_layers=2,
+                        n_decoder_layers=2, d_ff=32, max_len=20, dropout=0.0)  # fmt: skip
+    torch.manual_seed(0)
+    teacher = build_model(t_cfg).eval()
+    cut_cfg = shrunk_config(t_cfg, replace(t_cfg, n_decoder_layers=1))
+    wide_cfg = shrunk_config(t_cfg, replace(t_cfg, n_decoder_layers=1, decoder_d_ff=128))
+    assert (wide_cfg.d_ff, wide_cfg.decoder_ffn) == (32, 128)
+    cut, wide = build_model(cut_cfg).eval(), build_model(wide_cfg).eval()
+    cut.load_state_dict(shrunk_weights(teacher.state_dict(), t_cfg, cut_cfg))
+    fresh = build_model(wide_cfg).state_dict()
+    wide.load_state_dict(shrunk_weights(teacher.state_dict(), t_cfg, wide_cfg, fresh))  # strict
+    src, tgt = torch.randint(3, 50, (2, 7)), torch.randint(3, 50, (2, 5))
+    with torch.no_grad():
+        assert (wide(src, tgt) - cut(src, tgt)).abs().max() < 1e-5
+    w, up = wide.state_dict(), "decoder.0.ffn.up.weight"
+    assert torch.equal(w[up][:32], teacher.state_dict()[up])
+    assert torch.equal(w[up][32:], fresh[up][32:])
+    assert not w["decoder.0.ffn.down.weight"][:, 32:].any()
+    with pytest.raises(ValueError, match="can only widen it"):
+        shrunk_config(t_cfg, replace(t_cfg, decoder_d_ff=16))
+
+
 @pytest.fixture(scope="module")
 def deep_teacher(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("deep-teacher")
@@ -301,6 +331,49 @@ def test_the_translations_key_ignores_the_reference_logits(tmp_path):
     # golden.json's last bits follow export's thread count: the same teacher, the same key
     assert key(files) == key(files | {"golden.json": "dd"})
     assert key(files) != key(files | {"weights.data": "ee"})
+
+
+def test_closest_pick_takes_the_beam_hypothesis_nearest_the_reference(data_dir, teacher,
+                                                                      tmp_path):  # fmt: skip
+    """--teacher-pick closest (Kim & Rush's interpolated sequence-level distillation): each
+    target is, of the teacher's n-best, the hypothesis with the highest sentence BLEU."""
+    from edgeformer.core.metrics import sentence_bleu
+
+    cfg = small(data_dir, tmp_path, teacher=str(teacher), teacher_beams=3,
+                teacher_pick="closest", epochs=1)  # fmt: skip
+    train(cfg)
+    folder = tmp_path / DISTILLED
+    key = json.loads((folder / KEY_FILE).read_text())
+    assert key["pick"] == "closest" and "references_sha256" in key
+    sources = (folder / "train.en").read_text().splitlines()
+    targets = (folder / "train.de").read_text().splitlines()
+    reference = dict(zip(*load_multi30k("train", "en", "de", str(data_dir))))
+    nbest = Translator(tmp_path / TEACHER_PACKAGE, threads=1).translate_batch_nbest(
+        sources, num_beams=3, num_hypotheses=3
+    )
+    for source, target, hyps in zip(sources, targets, nbest):
+        texts = [h for h, _ in hyps]
+        ref = reference[source]
+        assert target in texts
+        assert sentence_bleu(target, ref) == max(sentence_bleu(h, ref) for h in texts)
+    assert any(target != hyps[0][0] for target, hyps in zip(targets, nbest))  # not the top
+    with pytest.raises(ValueError, match="teacher_pick='best'"):
+        TrainConfig(teacher=str(teacher), teacher_pick="best")
+
+
+def test_translations_cached_before_the_pick_existed_are_the_top_ones(student):
+    from edgeformer.train.distill import read_cached
+
+    folder = student / DISTILLED
+    key = json.loads((folder / KEY_FILE).read_text())
+    older = {k: v for k, v in key.items() if k != "pick"}
+    (folder / KEY_FILE).write_text(json.dumps(older))
+    try:
+        wanted = {k: key[k] for k in ("teacher_files_sha256", "sources_sha256", "beams")}
+        assert read_cached(folder, wanted | {"pick": "top"}, "en", "de") is not None
+        assert read_cached(folder, wanted | {"pick": "closest"}, "en", "de") is None
+    finally:
+        (folder / KEY_FILE).write_text(json.dumps(key))
 
 
 def test_the_loss_cost_benchmark_times_every_loss_on_the_same_batches(data_dir, teacher, tmp_path):

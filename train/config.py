@@ -13,6 +13,7 @@ TASKS = ("translation", "lm")
 DIRECTIONS = ("en-de", "de-en")
 SCHEDULES = ("inverse-sqrt", "cosine")
 TOKENIZERS = ("bpe", "char")
+TEACHER_PICKS = ("top", "closest")
 DEVICES = ("cpu", "cuda")
 # ModelConfig fields the training run sets itself: the family from `task`, the special ids from
 # the tokenizer ([PAD]=0, [BOS]=1, [EOS]=2, see train/tokenizer.py); not CLI flags
@@ -46,6 +47,12 @@ class TrainConfig:
         metavar="DIR",
     )  # fmt: skip
     teacher_beams: int = doc(5, "--teacher: beam size of the teacher's translations")
+    teacher_pick: str = doc(
+        "top", "--teacher: which of its beam's hypotheses becomes a source's target: top (the "
+        "most likely: sequence-level distillation) or closest (the one with the highest "
+        "sentence BLEU against the reference, of all --teacher-beams: Kim & Rush's "
+        "interpolated sequence-level distillation)", choices=TEACHER_PICKS,
+    )  # fmt: skip
     distilled: str | None = doc(
         None, "--teacher: folder of the teacher's translations, to share between students "
         "(made there when missing or from another teacher; none: OUT/distilled)", metavar="DIR",
@@ -126,6 +133,7 @@ class TrainConfig:
             ("schedule", SCHEDULES),
             ("tokenizer", TOKENIZERS),
             ("device", DEVICES),
+            ("teacher_pick", TEACHER_PICKS),
         ):
             if getattr(self, name) not in allowed:
                 bad(f"{name}={getattr(self, name)!r}, expected one of {allowed}")

@@ -22,7 +22,8 @@ cut to its layer counts (Shleifer & Rush, 2020, "shrink and fine-tune"):
         |  keep evenly spaced layers (spaced_layers), first and last among them
         v
     student (4+1)              embeddings, encoder layers 0 1 2 3, decoder layer 0
-                               (the teacher's tokenizer, width, FFN and positions)
+                               (the teacher's tokenizer, width, FFN and positions;
+                               --decoder-d-ff widens the decoder's FFN, new units zeroed out)
 """
 
 from __future__ import annotations
@@ -30,14 +31,19 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeformer.core.config import ModelConfig
 from edgeformer.core.files import atomic_text, sha256
 from edgeformer.core.format import CONFIG_FILE, GOLDEN_FILE, PACKAGE_FORMAT
+from edgeformer.core.metrics import sentence_bleu
 from edgeformer.core.progress import Progress
+
+if TYPE_CHECKING:
+    import torch
 
 from .config import TrainConfig
 
@@ -86,26 +92,38 @@ def teacher_package(teacher: Path, out: Path, say: Callable[[str], None]) -> Pat
     return target
 
 
-def distill_key(package: Path, sources: list[str], beams: int) -> dict:
+def distill_key(
+    package: Path,
+    sources: list[str],
+    beams: int,
+    pick: str = "top",
+    references: Sequence[str] = (),
+) -> dict:
     """What the translations depend on: the teacher's files (the sha256 of each, as its
     config.json lists them; not the folder, which differs between students of one checkpoint,
     nor config.json itself, which holds export's timings, nor golden.json, PyTorch's reference
-    logits, whose last bits follow export's thread count), the sources and the beam size."""
+    logits, whose last bits follow export's thread count), the sources, the beam size, the pick
+    and (pick closest) the references."""
     files = json.loads((package / CONFIG_FILE).read_text())["files"]
     files = {name: digest for name, digest in files.items() if name != GOLDEN_FILE}
-    text = "\n".join(sources).encode()
-    return {
-        "teacher_files_sha256": hashlib.sha256(
-            json.dumps(files, sort_keys=True).encode()
-        ).hexdigest(),
-        "sources_sha256": hashlib.sha256(text).hexdigest(),
+    key = {
+        "teacher_files_sha256": _sha256_text(json.dumps(files, sort_keys=True)),
+        "sources_sha256": _sha256_text("\n".join(sources)),
         "beams": beams,
+        "pick": pick,
     }
+    if pick == "closest":
+        key["references_sha256"] = _sha256_text("\n".join(references))
+    return key
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def read_cached(folder: Path, key: dict, src: str, tgt: str) -> Distilled | None:
     try:
-        saved = json.loads((folder / KEY_FILE).read_text())
+        saved = {"pick": "top"} | json.loads((folder / KEY_FILE).read_text())  # older: top
         if {k: saved.get(k) for k in key} != key:
             return None
         sources = (folder / f"train.{src}").read_text().split("\n")[:-1]
@@ -129,38 +147,52 @@ def check_direction(package: Path, src: str, tgt: str) -> None:
 
 
 def distill(
-    sources: list[str], out: Path, cfg: TrainConfig, say: Callable[[str], None] = print
+    sources: list[str],
+    out: Path,
+    cfg: TrainConfig,
+    say: Callable[[str], None] = print,
+    references: list[str] | None = None,
 ) -> Distilled:
     """cfg.teacher's beam translations (cfg.teacher_beams) of `sources`, through the runtime on
     cfg.threads, cached in cfg.distilled or OUT/distilled; sources it cannot take or translates
-    to nothing are dropped (counted)."""
+    to nothing are dropped (counted). cfg.teacher_pick "closest" needs `references` (one per
+    source): each source's target is then its beam's hypothesis closest to the reference."""
     from edgeformer.runtime import Translator
 
     assert cfg.teacher is not None
     src, tgt, beams, threads = cfg.src_lang, cfg.tgt_lang, cfg.teacher_beams, cfg.threads
+    pick = cfg.teacher_pick
+    if pick == "closest" and (references is None or len(references) != len(sources)):
+        raise ValueError("--teacher-pick closest needs one reference per training source")
+    refs = references if references is not None else [""] * len(sources)
     package = teacher_package(Path(cfg.teacher), out, say)
     check_direction(package, src, tgt)
     folder = Path(cfg.distilled) if cfg.distilled else out / DISTILLED
-    key = distill_key(package, sources, beams)
+    key = distill_key(package, sources, beams, pick, refs)
     cached = read_cached(folder, key, src, tgt)
     if cached is not None:
         say(f"teacher: {len(cached.sources):,} translations from {folder} (same teacher)")
         return cached
     translator = Translator(package, "fp32", threads=threads or None)
-    fits = [t for t in sources if _fits(translator, t)]
+    fits = [i for i, t in enumerate(sources) if _fits(translator, t)]
     say(
         f"teacher: translating {len(fits):,} training sources with {package} "
-        f"(beam {beams}, batches of {BATCH}, {threads or 'all'} threads)"
+        f"(beam {beams}, batches of {BATCH}, {threads or 'all'} threads, pick {pick})"
     )
     t0 = time.time()
     bar = Progress("teacher translations", len(fits), "sentences", quiet=cfg.quiet)
-    hyps = []
-    for h in translator.translate_iterable(fits, max_batch_size=BATCH, num_beams=beams):
-        hyps.append(h)
-        bar.advance(1)
+    if pick == "top":
+        texts = [sources[i] for i in fits]
+        hyps = []
+        for h in translator.translate_iterable(texts, max_batch_size=BATCH, num_beams=beams):
+            hyps.append(h)
+            bar.advance(1)
+    else:
+        hyps = closest_translations(translator, sources, refs, fits, beams, bar)
     bar.close()
     seconds = time.time() - t0
-    pairs = [(s, h) for s, h in zip(fits, hyps) if h.strip()]
+    fits_text = [sources[i] for i in fits]
+    pairs = [(s, h) for s, h in zip(fits_text, hyps) if h.strip()]
     dropped = len(sources) - len(pairs)
     if not pairs:
         raise ValueError(
@@ -181,6 +213,26 @@ def distill(
     return Distilled([s for s, _ in pairs], [h for _, h in pairs], dropped, seconds)
 
 
+def closest_translations(
+    translator, sources: list[str], refs: list[str], fits: list[int], beams: int, bar: Progress
+) -> list[str]:
+    """For each source index in `fits`: of the teacher's `beams` best hypotheses, the one with
+    the highest sentence BLEU against its reference (the more likely one on a tie). Sources go
+    in batches of similar length, as translate_iterable's."""
+    by_length = sorted(fits, key=lambda i: len(sources[i]))
+    chosen: dict[int, str] = {}
+    for start in range(0, len(by_length), BATCH):
+        batch = by_length[start : start + BATCH]
+        nbest = translator.translate_batch_nbest(
+            [sources[i] for i in batch], num_beams=beams, num_hypotheses=beams
+        )
+        for i, hyps in zip(batch, nbest):
+            texts = [h for h, _ in hyps if h.strip()] or [""]
+            chosen[i] = max(texts, key=lambda h: sentence_bleu(h, refs[i]))  # first max wins
+        bar.advance(len(batch))
+    return [chosen[i] for i in fits]
+
+
 def spaced_layers(total: int, keep: int) -> list[int]:
     """`keep` of `total` layers, evenly spaced, the first and (keep > 1) the last among them:
     the teacher's layers a shrunk student starts from (Shleifer & Rush's distilBART copies
@@ -193,8 +245,9 @@ def spaced_layers(total: int, keep: int) -> list[int]:
 
 
 def shrunk_config(teacher: ModelConfig, student: ModelConfig) -> ModelConfig:
-    """The teacher's shape with the student's layer counts, dropout and (only to drop them)
-    linear biases: all a student that starts from the teacher's weights can change."""
+    """The teacher's shape with the student's layer counts, dropout, (only to drop them) linear
+    biases and (only to widen it) decoder FFN: all a student that starts from the teacher's
+    weights can change."""
     for side in ("n_encoder_layers", "n_decoder_layers"):
         if getattr(student, side) > getattr(teacher, side):
             raise ValueError(
@@ -203,14 +256,24 @@ def shrunk_config(teacher: ModelConfig, student: ModelConfig) -> ModelConfig:
             )
     if student.bias and not teacher.bias:
         raise ValueError("--init-from-teacher: the teacher's linear layers have no biases to keep")
+    if student.decoder_d_ff is not None and student.decoder_d_ff < teacher.decoder_ffn:
+        raise ValueError(
+            f"--init-from-teacher: the student's decoder_d_ff ({student.decoder_d_ff}) is less "
+            f"than the teacher's decoder FFN ({teacher.decoder_ffn}); it can only widen it"
+        )
     keep = ("n_encoder_layers", "n_decoder_layers", "dropout", "attention_dropout",
-            "activation_dropout", "bias")  # fmt: skip
+            "activation_dropout", "bias", "decoder_d_ff")  # fmt: skip
     return replace(teacher, **{k: getattr(student, k) for k in keep})
 
 
-def shrunk_weights(teacher: dict, t_cfg: ModelConfig, s_cfg: ModelConfig) -> dict:
+def shrunk_weights(
+    teacher: dict, t_cfg: ModelConfig, s_cfg: ModelConfig, student: dict | None = None
+) -> dict:
     """The teacher's state dict with only the spaced_layers of each stack, renumbered, and
-    without its linear layers' biases when the student has none (s_cfg.bias False)."""
+    without its linear layers' biases when the student has none (s_cfg.bias False). A student
+    decoder FFN wider than the teacher's (s_cfg.decoder_d_ff) holds the teacher's units first,
+    then `student`'s own (freshly initialised) ones, which start switched off: their columns of
+    the down projection are zero, so the student starts as the cut teacher's function."""
     keep = {
         "encoder": spaced_layers(t_cfg.n_encoder_layers, s_cfg.n_encoder_layers),
         "decoder": spaced_layers(t_cfg.n_decoder_layers, s_cfg.n_decoder_layers),
@@ -227,7 +290,25 @@ def shrunk_weights(teacher: dict, t_cfg: ModelConfig, s_cfg: ModelConfig) -> dic
         linear_bias = name.endswith(".bias") and teacher[source[:-5] + ".weight"].dim() == 2
         if linear_bias and not s_cfg.bias:
             continue
+        if student is not None and student[name].shape != value.shape:
+            value = widened_ffn(name, value, student[name])
         out[name] = value
+    return out
+
+
+def widened_ffn(name: str, teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """A decoder FFN tensor of the teacher's width F_t inside the student's wider F_s:
+    up/gate weight (F_s, C) and bias (F_s,): the teacher's F_t rows, then the student's own;
+    down weight (C, F_s): the teacher's F_t columns, then zeros (the new units add nothing)."""
+    if ".ffn." not in name or teacher.dim() != student.dim():
+        raise ValueError(f"--init-from-teacher: {name} is {tuple(teacher.shape)} in the "
+                         f"teacher, {tuple(student.shape)} in the student")  # fmt: skip
+    out = student.detach().clone()
+    if name.endswith("ffn.down.weight"):
+        out[:, teacher.shape[1] :] = 0.0
+        out[:, : teacher.shape[1]] = teacher
+    else:
+        out[: teacher.shape[0]] = teacher
     return out
 
 

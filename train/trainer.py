@@ -430,14 +430,16 @@ def start_from_teacher(
         shutil.copyfile(teacher / "tokenizer.json", path)
     run.barrier()
     model = build_model(s_cfg)
-    model.load_state_dict(shrunk_weights(t_model.state_dict(), t_cfg, s_cfg))
+    model.load_state_dict(shrunk_weights(t_model.state_dict(), t_cfg, s_cfg, model.state_dict()))
     run.cfg = replace(cfg, model=s_cfg)
+    wider = s_cfg.decoder_ffn > t_cfg.decoder_ffn
     run.say(
         f"student: the teacher {teacher} ({t_cfg.n_encoder_layers}+{t_cfg.n_decoder_layers} "
         f"layers) cut to {s_cfg.n_encoder_layers}+{s_cfg.n_decoder_layers}: encoder layers "
         f"{spaced_layers(t_cfg.n_encoder_layers, s_cfg.n_encoder_layers)}, decoder layers "
         f"{spaced_layers(t_cfg.n_decoder_layers, s_cfg.n_decoder_layers)}; its tokenizer "
         f"({t_cfg.vocab_size:,}), width {t_cfg.d_model}, FFN {t_cfg.d_ff}"
+        + (f", decoder FFN widened to {s_cfg.decoder_ffn}" if wider else "")
     )
     return load_tokenizer(path), path, model.to(run.device), s_cfg
 
@@ -633,7 +635,7 @@ def train_translation(run: Run) -> nn.Module:
     if shrink:  # a package teacher fails here, not after its translations
         teacher_checkpoint = checkpoint_teacher(Path(str(cfg.teacher)))
     if cfg.teacher is not None:
-        train_src, train_tgt = distilled_pairs(run, train_src)
+        train_src, train_tgt = distilled_pairs(run, train_src, train_tgt)
     val_src, val_tgt = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
     if shrink:
         tok, tok_path, model, mcfg = start_from_teacher(run, teacher_checkpoint)
@@ -733,13 +735,15 @@ def train_translation(run: Run) -> nn.Module:
     return model
 
 
-def distilled_pairs(run: Run, sources: list[str]) -> tuple[list[str], list[str]]:
+def distilled_pairs(
+    run: Run, sources: list[str], references: list[str]
+) -> tuple[list[str], list[str]]:
     """(sources, the teacher's translations): made by rank 0 (train/distill.py); the other
     ranks wait, then read rank 0's OUT/distilled (or --distilled)."""
     cfg = run.cfg
 
     def pairs(say) -> tuple[list[str], list[str]]:
-        d = distill(sources, run.out, cfg, say)
+        d = distill(sources, run.out, cfg, say, references)
         return d.sources, d.targets
 
     if run.main:
