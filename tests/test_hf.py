@@ -448,14 +448,19 @@ def test_marian_positions_are_marians(marian):
 def test_marian_logits_equal_hugging_face(marian):
     """A right-padded source batch and teacher-forced targets: every logit within 1e-4."""
     hf, tok, _, ckpt, _ = marian
-    ours = load_checkpoint(ckpt)[0]
+    assert marian_logits_gap(hf, load_checkpoint(ckpt)[0], tok) <= 1e-4
+
+
+def marian_logits_gap(hf, ours, tok) -> float:
+    """The largest difference between Hugging Face's logits and ours on MARIAN_TEXTS (a
+    right-padded source batch, teacher-forced targets)."""
     batch = tok(MARIAN_TEXTS, text_target=MARIAN_TEXTS[::-1], padding=True, return_tensors="pt")
     start = torch.full((3, 1), hf.config.decoder_start_token_id)
     tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)
     with torch.no_grad():
         ref = hf(batch["input_ids"], batch["attention_mask"], decoder_input_ids=tgt_in).logits
         got = ours(batch["input_ids"], tgt_in, batch["attention_mask"])
-    assert (ref - got).abs().max() <= 1e-4
+    return float((ref - got).abs().max())
 
 
 def test_marian_package_parity_and_graph(marian):
@@ -597,7 +602,7 @@ def test_unsupported_marian_config_names_the_field(marian, changes, match, tmp_p
 
 def test_marian_with_its_own_decoder_ffn_width_matches_hugging_face(marian, tmp_path):
     """encoder_ffn_dim != decoder_ffn_dim: our decoder_d_ff, every logit within 1e-4."""
-    hf, tok, src, _, _ = marian
+    _, tok, src, _, _ = marian
     dst = tmp_path / "hf"
     shutil.copytree(src, dst)
     config = transformers.MarianConfig.from_pretrained(src)
@@ -607,13 +612,7 @@ def test_marian_with_its_own_decoder_ffn_width_matches_hugging_face(marian, tmp_
     narrow.save_pretrained(dst, safe_serialization=True)
     ours = load_checkpoint(convert_hf(dst, tmp_path / "checkpoint"))[0]
     assert (ours.cfg.d_ff, ours.cfg.decoder_ffn) == (128, 48)
-    batch = tok(MARIAN_TEXTS, text_target=MARIAN_TEXTS[::-1], padding=True, return_tensors="pt")
-    start = torch.full((3, 1), hf.config.decoder_start_token_id)
-    tgt_in = torch.cat([start, batch["labels"][:, :-1]], dim=1)
-    with torch.no_grad():
-        ref = narrow(batch["input_ids"], batch["attention_mask"], decoder_input_ids=tgt_in).logits
-        got = ours(batch["input_ids"], tgt_in, batch["attention_mask"])
-    assert (ref - got).abs().max() <= 1e-4
+    assert marian_logits_gap(narrow, ours, tok) <= 1e-4
 
 
 def test_marian_folder_without_spm_files(marian, tmp_path):
