@@ -181,18 +181,14 @@ def distill(
     )
     t0 = time.time()
     bar = Progress("teacher translations", len(fits), "sentences", quiet=cfg.quiet)
+    texts = [sources[i] for i in fits]
     if pick == "top":
-        texts = [sources[i] for i in fits]
-        hyps = []
-        for h in translator.translate_iterable(texts, max_batch_size=BATCH, num_beams=beams):
-            hyps.append(h)
-            bar.advance(1)
+        hyps = top_translations(translator, texts, beams, bar)
     else:
         hyps = closest_translations(translator, sources, refs, fits, beams, bar)
     bar.close()
     seconds = time.time() - t0
-    fits_text = [sources[i] for i in fits]
-    pairs = [(s, h) for s, h in zip(fits_text, hyps) if h.strip()]
+    pairs = [(s, h) for s, h in zip(texts, hyps) if h.strip()]
     dropped = len(sources) - len(pairs)
     if not pairs:
         raise ValueError(
@@ -211,6 +207,15 @@ def distill(
         f"({len(fits) / max(seconds, 1e-9):.1f} sentences/s), {dropped} dropped -> {folder}"
     )
     return Distilled([s for s, _ in pairs], [h for _, h in pairs], dropped, seconds)
+
+
+def top_translations(translator, texts: list[str], beams: int, bar: Progress) -> list[str]:
+    """The teacher's most likely hypothesis of each text (translate_iterable's batches)."""
+    hyps = []
+    for h in translator.translate_iterable(texts, max_batch_size=BATCH, num_beams=beams):
+        hyps.append(h)
+        bar.advance(1)
+    return hyps
 
 
 def closest_translations(
