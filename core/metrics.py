@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sacrebleu.metrics import BLEU
 
 
 def bleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
@@ -36,7 +40,7 @@ def sentence_bleu(hyp: str, ref: str) -> float:
 
 
 @cache
-def _sentence_metric():
+def _sentence_metric() -> BLEU:
     from sacrebleu.metrics import BLEU
 
     return BLEU(effective_order=True)

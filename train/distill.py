@@ -151,7 +151,7 @@ def distill(
     out: Path,
     cfg: TrainConfig,
     say: Callable[[str], None] = print,
-    references: list[str] | None = None,
+    references: Sequence[str] | None = None,
 ) -> Distilled:
     """cfg.teacher's beam translations (cfg.teacher_beams) of `sources`, through the runtime on
     cfg.threads, cached in cfg.distilled or OUT/distilled; sources it cannot take or translates
@@ -164,7 +164,7 @@ def distill(
     pick = cfg.teacher_pick
     if pick == "closest" and (references is None or len(references) != len(sources)):
         raise ValueError("--teacher-pick closest needs one reference per training source")
-    refs = references if references is not None else [""] * len(sources)
+    refs = references if references is not None else ()
     package = teacher_package(Path(cfg.teacher), out, say)
     check_direction(package, src, tgt)
     folder = Path(cfg.distilled) if cfg.distilled else out / DISTILLED
@@ -185,7 +185,7 @@ def distill(
     if pick == "top":
         hyps = top_translations(translator, texts, beams, bar)
     else:
-        hyps = closest_translations(translator, sources, refs, fits, beams, bar)
+        hyps = closest_translations(translator, texts, [refs[i] for i in fits], beams, bar)
     bar.close()
     seconds = time.time() - t0
     pairs = [(s, h) for s, h in zip(texts, hyps) if h.strip()]
@@ -219,23 +219,23 @@ def top_translations(translator, texts: list[str], beams: int, bar: Progress) ->
 
 
 def closest_translations(
-    translator, sources: list[str], refs: list[str], fits: list[int], beams: int, bar: Progress
+    translator, texts: list[str], refs: list[str], beams: int, bar: Progress
 ) -> list[str]:
-    """For each source index in `fits`: of the teacher's `beams` best hypotheses, the one with
-    the highest sentence BLEU against its reference (the more likely one on a tie). Sources go
-    in batches of similar length, as translate_iterable's."""
-    by_length = sorted(fits, key=lambda i: len(sources[i]))
-    chosen: dict[int, str] = {}
+    """For each text: of the teacher's `beams` best hypotheses, the one with the highest
+    sentence BLEU against its reference (the more likely one on a tie). Texts go in batches of
+    similar length, as translate_iterable's."""
+    by_length = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    chosen = [""] * len(texts)
     for start in range(0, len(by_length), BATCH):
         batch = by_length[start : start + BATCH]
         nbest = translator.translate_batch_nbest(
-            [sources[i] for i in batch], num_beams=beams, num_hypotheses=beams
+            [texts[i] for i in batch], num_beams=beams, num_hypotheses=beams
         )
         for i, hyps in zip(batch, nbest):
-            texts = [h for h, _ in hyps if h.strip()] or [""]
-            chosen[i] = max(texts, key=lambda h: sentence_bleu(h, refs[i]))  # first max wins
+            found = [h for h, _ in hyps if h.strip()] or [""]
+            chosen[i] = max(found, key=lambda h: sentence_bleu(h, refs[i]))  # first max wins
         bar.advance(len(batch))
-    return [chosen[i] for i in fits]
+    return chosen
 
 
 def spaced_layers(total: int, keep: int) -> list[int]:
