@@ -236,10 +236,10 @@ def test_init_from_teacher_starts_the_student_from_the_teachers_weights(data_dir
 
 def test_init_from_teacher_needs_a_checkpoint_teacher(data_dir, student, tmp_path):
     package = student / TEACHER_PACKAGE
-    cfg = small(data_dir, tmp_path, teacher=str(package), init_from_teacher=True)
+    cfg = small(data_dir, tmp_path / "pkg", teacher=str(package), init_from_teacher=True)
     with pytest.raises(ValueError, match="not a checkpoint folder"):
         train(cfg)
-    assert not (tmp_path / DISTILLED).exists()  # failed before translating
+    assert not (tmp_path / "pkg").exists()  # failed before translating, or making OUT
     with pytest.raises(ValueError, match="init_from_teacher needs teacher"):
         TrainConfig(init_from_teacher=True)
 

@@ -78,7 +78,7 @@ def list_presets() -> str:
                 f"translation {t.direction}, {c.n_encoder_layers}+{c.n_decoder_layers} layers "
                 f"x {c.d_model}, vocab {c.vocab_size}, {t.epochs} epochs"
             ) + (", needs --teacher" if name in STUDENTS else "")
-        lines.append(f"{name:<22} {what}")
+        lines.append(f"{name:<24} {what}")
     return "\n".join(lines)
 
 

@@ -599,6 +599,8 @@ def optimize(
 
 def train(cfg: TrainConfig) -> nn.Module:
     """Train by `cfg` (see module docstring for the outputs); returns the trained model."""
+    if cfg.init_from_teacher and cfg.resume is None:  # a package teacher fails before OUT is made
+        checkpoint_teacher(Path(str(cfg.teacher)))
     run = setup(cfg)
     try:
         return train_lm(run) if cfg.task == "lm" else train_translation(run)
@@ -632,13 +634,11 @@ def train_translation(run: Run) -> nn.Module:
         "train", cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.max_sentences
     )
     shrink = cfg.init_from_teacher and cfg.resume is None
-    if shrink:  # a package teacher fails here, not after its translations
-        teacher_checkpoint = checkpoint_teacher(Path(str(cfg.teacher)))
     if cfg.teacher is not None:
         train_src, train_tgt = distilled_pairs(run, train_src, train_tgt)
     val_src, val_tgt = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
     if shrink:
-        tok, tok_path, model, mcfg = start_from_teacher(run, teacher_checkpoint)
+        tok, tok_path, model, mcfg = start_from_teacher(run, Path(str(cfg.teacher)))
         cfg = run.cfg
     else:
         tok, tok_path = prepare_tokenizer(run, train_src + train_tgt)
