@@ -234,6 +234,25 @@ def test_init_from_teacher_starts_the_student_from_the_teachers_weights(data_dir
     assert set(s) == {n for n in t if not n.startswith("encoder.1.")}
 
 
+def test_the_student_preset_starts_from_its_teacher(data_dir, deep_teacher, tmp_path):
+    from edgeformer.runtime.cli import main
+
+    # the command at toy size: the preset brings the cut, the pick and word-level KD
+    out = tmp_path / "kd"
+    args = ["train", "--preset", "multi30k-en-de-student", "--teacher", str(deep_teacher),
+            "--out", str(out), "--data-dir", str(data_dir), "--n-encoder-layers", "2",
+            "--epochs", "1", "--batch-tokens", "600", "--teacher-beams", "2", "--word-kd-topk",
+            "8", "--bleu-sentences", "0", "--threads", "1", "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    config = json.loads((out / "averaged" / "config.json").read_text())
+    teacher_config = json.loads((deep_teacher / "config.json").read_text())
+    assert config["model"]["d_model"] == teacher_config["model"]["d_model"]
+    assert config["model"]["n_decoder_layers"] == 1 and config["model"]["bias"] is False
+    train_cfg = config["train"]
+    assert train_cfg["init_from_teacher"] and train_cfg["word_kd"] == 0.5
+    assert json.loads((out / DISTILLED / KEY_FILE).read_text())["pick"] == "closest"
+
+
 def test_init_from_teacher_needs_a_checkpoint_teacher(data_dir, student, tmp_path):
     package = student / TEACHER_PACKAGE
     cfg = small(data_dir, tmp_path / "pkg", teacher=str(package), init_from_teacher=True)
@@ -241,7 +260,8 @@ def test_init_from_teacher_needs_a_checkpoint_teacher(data_dir, student, tmp_pat
         train(cfg)
     assert not (tmp_path / "pkg").exists()  # failed before translating, or making OUT
     with pytest.raises(ValueError, match="init_from_teacher needs teacher"):
-        TrainConfig(init_from_teacher=True)
+        train(small(data_dir, tmp_path / "none", init_from_teacher=True))
+    assert not (tmp_path / "none").exists()  # refused before the run's folder was made
 
 
 def test_a_teacher_that_translates_nothing_is_named(data_dir, teacher, tmp_path, monkeypatch):

@@ -61,7 +61,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             f"--preset {args.preset} distils a teacher: give --teacher with a translation "
             "package or checkpoint folder (e.g. runs/m30k-long/averaged)"
         )
-    return preset(args.preset or "tiny", **overrides)
+    cfg = preset(args.preset or "tiny", **overrides)
+    cfg.check_teacher()
+    return cfg
 
 
 def list_presets() -> str:
@@ -72,6 +74,11 @@ def list_presets() -> str:
             what = (
                 f"lm, {t.tokenizer}, {c.n_decoder_layers} layers x {c.d_model}, "
                 f"block {t.block_size}, {t.max_iters} iters"
+            )
+        elif t.init_from_teacher:  # width and vocabulary are the teacher's
+            what = (
+                f"translation {t.direction}, the teacher cut to {c.n_encoder_layers}+"
+                f"{c.n_decoder_layers} layers, {t.epochs} epochs, needs --teacher (a checkpoint)"
             )
         else:
             what = (

@@ -323,8 +323,8 @@ def checkpoint_teacher(teacher: Path) -> Path:
         raise ValueError(
             f"--init-from-teacher: --teacher {teacher} is not a checkpoint folder (a training "
             "run's averaged/, best/ or last/); a model package holds graphs, not the weights "
-            "a student starts from (without --init-from-teacher and --word-kd, a student learns "
-            "a package's translations from random weights)"
+            "a student starts from (to train one from random weights on its translations: "
+            "--no-init-from-teacher --word-kd 0)"
         )
     return teacher
 

@@ -599,6 +599,7 @@ def optimize(
 
 def train(cfg: TrainConfig) -> nn.Module:
     """Train by `cfg` (see module docstring for the outputs); returns the trained model."""
+    cfg.check_teacher()
     if cfg.init_from_teacher and cfg.resume is None:  # a package teacher fails before OUT is made
         checkpoint_teacher(Path(str(cfg.teacher)))
     run = setup(cfg)
