@@ -253,6 +253,15 @@ def test_the_student_preset_starts_from_its_teacher(data_dir, deep_teacher, tmp_
     assert json.loads((out / DISTILLED / KEY_FILE).read_text())["pick"] == "closest"
 
 
+def test_the_student_preset_asks_for_a_checkpoint_teacher(tmp_path, capsys):
+    from edgeformer.runtime.cli import main
+
+    args = ["train", "--preset", "multi30k-en-de-student", "--out", str(tmp_path / "kd")]
+    assert main(args) == 2
+    assert "give --teacher with its checkpoint folder" in capsys.readouterr().err
+    assert not (tmp_path / "kd").exists()
+
+
 def test_init_from_teacher_needs_a_checkpoint_teacher(data_dir, student, tmp_path):
     package = student / TEACHER_PACKAGE
     cfg = small(data_dir, tmp_path / "pkg", teacher=str(package), init_from_teacher=True)

@@ -58,12 +58,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         return TrainConfig.from_dict(saved | overrides)
     if args.preset in STUDENTS and overrides.get("teacher") is None:
         raise ValueError(
-            f"--preset {args.preset} distils a teacher: give --teacher with a translation "
-            "package or checkpoint folder (e.g. runs/m30k-long/averaged)"
+            f"--preset {args.preset} distils a teacher: give --teacher with its checkpoint "
+            "folder (e.g. runs/m30k-long/averaged; a translation package only with "
+            "--no-init-from-teacher --word-kd 0)"
         )
-    cfg = preset(args.preset or "tiny", **overrides)
-    cfg.check_teacher()
-    return cfg
+    return preset(args.preset or "tiny", **overrides)  # train() checks the teacher first
 
 
 def list_presets() -> str:
