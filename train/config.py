@@ -294,8 +294,8 @@ CPU_TRANSLATION_LONG = replace(
 # distilled student (train/distill.py; docs/training.md, distillation): the teacher, a checkpoint
 # folder, cut to 3 encoder + 1 decoder layers without linear biases (decode cost is the
 # decoder's), fine-tuned 32 epochs on the hypothesis of its beam of 8 closest to the reference,
-# with word-level KD from its top 64 tokens: 0.61-0.83 behind the teacher on test at 2-2.3x its
-# speed (three seeds), where the 4+2 before it was 0.25 behind at 1.6x; the last 10 epochs beat
+# with word-level KD from its top 64 tokens: 0.61-0.83 behind the teacher on test (four runs) at
+# 2.1x its batch-1 speed, where the 4+2 before it was 0.25 behind at 1.6x; the last 10 epochs beat
 # the last 16 on validation; a beam of 5 is level on validation, 0.31 behind on test
 # (docs/design-notes.md)
 CPU_STUDENT = replace(
