@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[cpu,train,dev]"
+	$(PY) -m pip install -q -e ".[cpu,train,test,dev]"
 	touch $(STAMP)
 
 venv: $(STAMP)
