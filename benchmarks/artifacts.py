@@ -346,6 +346,11 @@ def ct2_package_spec(package: Path):
             f"CTranslate2 conversion of a package: head dim {cfg.head_dim} is zero-padded in "
             "the graphs (not a multiple of 8)"
         )
+    from ..core.format import OMITTED_AT_DEFAULT
+
+    unmapped = [k for k, v in OMITTED_AT_DEFAULT.items() if getattr(cfg, k) is not v]
+    if [k for k in unmapped if k != "decoder_d_ff"]:
+        raise NotImplementedError(f"CTranslate2 conversion of a package: {unmapped} not mapped")
     w = package_weights(package)
     scale = np.float32(np.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0)
     rotary = cfg.positional == "rotary"

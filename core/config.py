@@ -7,11 +7,19 @@ from dataclasses import asdict, dataclass, fields
 from .flags import doc
 
 FAMILIES = ("encoder-decoder", "decoder-only")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "silu")  # gelu_tanh: GPT-2's "gelu_new"
+# gelu_tanh: GPT-2's "gelu_new"; swiglu / geglu: gated (silu(gate) * up, gelu_tanh(gate) * up)
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "silu", "geglu")
+GATED = ("swiglu", "geglu")
 NORMS = ("post", "pre")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONALS = ("sinusoidal", "learned", "rotary")
 SINUSOID_LAYOUTS = ("interleaved", "split")
+# per-layer attention (Hugging Face's layer_types values)
+FULL, SLIDING = "full_attention", "sliding_attention"
+LAYER_TYPES = (FULL, SLIDING)
+# rotary scalings (Hugging Face's rope_type): each fixes the rotary angles once (longrope: two
+# sets, the long one for calls reaching past original_max_position_embeddings)
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
 @dataclass
@@ -32,7 +40,8 @@ class ModelConfig:
     )
     activation: str = doc(
         "relu", "feed-forward activation: relu, gelu, gelu_tanh (GPT-2's gelu_new), swiglu "
-        "(gated SiLU: Llama), silu (ungated: Marian's swish)", choices=ACTIVATIONS,
+        "(gated SiLU: Llama), silu (ungated: Marian's swish), geglu (gated gelu_tanh: Gemma)",
+        choices=ACTIVATIONS,
     )  # fmt: skip
     norm: str = doc("post", "post-LN (the paper) or pre-LN residuals", choices=NORMS)
     norm_type: str = doc(
@@ -58,6 +67,51 @@ class ModelConfig:
     layer_norm_eps: float = doc(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)")
     n_kv_heads: int | None = doc(None, "key/value heads: grouped-query attention (none: --n-heads)")
     rope_theta: float = doc(10000.0, "rotary base")
+    d_head: int | None = doc(
+        None, "width of each attention head (none: d_model / n_heads; Qwen3 and Gemma set it)"
+    )
+    qkv_bias: bool | None = doc(
+        None, "the query/key/value projections have biases (none: as --bias; Qwen2: on, the "
+        "other linear layers without)",
+    )  # fmt: skip
+    qk_norm: bool = doc(
+        False, "an RMSNorm over each head's query and key, before rotary (Qwen3, Gemma 3)"
+    )
+    sandwich_norm: bool = doc(
+        False, "pre-LN with a second norm on each sublayer's output before the residual add "
+        "(Gemma 2 and 3)",
+    )  # fmt: skip
+    rotary_dim: int | None = doc(
+        None, "head dims that rotary turns, the first ones (none: all; Phi-4-mini: 3/4)"
+    )
+    rope_scaling: dict | None = doc(
+        None, "rotary scaling as Hugging Face's rope_parameters: a JSON object with rope_type "
+        "linear (factor), llama3 (factor, low_freq_factor, high_freq_factor, "
+        "original_max_position_embeddings), yarn (factor, original_max_position_embeddings, "
+        "...) or longrope (short_factor, long_factor, original_max_position_embeddings, ...)",
+        metavar="JSON",
+    )  # fmt: skip
+    attention_window: int | None = doc(
+        None, "local attention: a token sees itself and the N - 1 before it, in the layers "
+        "--layer-types names sliding_attention (all, without --layer-types)",
+    )  # fmt: skip
+    layer_types: list[str] | None = doc(
+        None, "each decoder layer's attention, full_attention or sliding_attention, in order "
+        "(repeat the flag once per layer)", metavar="TYPE",
+    )  # fmt: skip
+    local_rope_theta: float | None = doc(
+        None, "rotary base of the sliding_attention layers (none: rope_theta; Gemma 3: 10000)"
+    )
+    attention_scale: float | None = doc(
+        None, "factor on the attention logits (none: 1/sqrt(head width); Gemma: "
+        "query_pre_attn_scalar^-0.5)",
+    )  # fmt: skip
+    attn_softcap: float | None = doc(
+        None, "attention logits capped smoothly at +-X: X tanh(s / X) (Gemma 2: 50)"
+    )
+    logit_softcap: float | None = doc(
+        None, "output logits capped smoothly at +-X: X tanh(z / X) (Gemma 2: 30)"
+    )
     scale_embeddings: bool = doc(True, "token vectors times sqrt(d_model) (the paper; not GPT-2)")
     bias: bool = doc(True, "linear layers have biases (norms keep theirs)")
     logits_bias: bool = doc(
@@ -93,8 +147,6 @@ class ModelConfig:
             bad(f"decoder_d_ff={ff} is for encoder-decoder models (decoder-only: d_ff)")
         if self.family == "encoder-decoder" and self.n_encoder_layers < 1:
             bad(f"n_encoder_layers={self.n_encoder_layers} must be >= 1 for an encoder-decoder")
-        if self.d_model % self.n_heads:
-            bad(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         kv = self.n_kv_heads
         if kv is not None and (not isinstance(kv, int) or kv < 1 or self.n_heads % kv):
             bad(f"n_kv_heads={kv!r} must be a positive divisor of n_heads={self.n_heads}")
@@ -104,8 +156,22 @@ class ModelConfig:
             bad(f"rope_theta={self.rope_theta} must be > 0")
         if self.positional == "sinusoidal" and self.d_model % 2:
             bad(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
-        if self.positional == "rotary" and self.head_dim % 2:
-            bad(f"rotary positional encoding needs an even head dim, got {self.head_dim}")
+        dh = self.d_head
+        if dh is not None and (not isinstance(dh, int) or isinstance(dh, bool) or dh < 1):
+            bad(f"d_head={dh!r} must be a positive integer (or none: d_model / n_heads)")
+        if dh is None and self.d_model % self.n_heads:
+            bad(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.positional == "rotary" and self.rotary_dims % 2:
+            bad(
+                f"rotary positional encoding needs an even head dim (rotary dims), got "
+                f"{self.rotary_dims}"
+            )
+        rd = self.rotary_dim
+        if rd is not None and (self.positional != "rotary" or not isinstance(rd, int)
+                               or not 0 < rd <= self.head_dim):  # fmt: skip
+            bad(f"rotary_dim={rd!r} must be in [1, head dim {self.head_dim}] with rotary positions")
+        self._check_rope(bad)
+        self._check_attention(bad)
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             p = getattr(self, name)
             if p is not None and not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):
@@ -123,9 +189,91 @@ class ModelConfig:
         if self.family == "decoder-only" and self.pad_id == self.bos_id != self.eos_id:
             bad(f"pad_id and bos_id must differ unless both equal eos_id, got {ids}")
 
+    def _check_rope(self, bad) -> None:
+        """rope_scaling's type and the fields it needs; local_rope_theta."""
+        for name in ("local_rope_theta",):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and v > 0):
+                bad(f"{name}={v!r} must be > 0")
+        rs = self.rope_scaling
+        if rs is None:
+            return
+        if not isinstance(rs, dict) or rs.get("rope_type") not in ROPE_TYPES:
+            bad(f"rope_scaling={rs!r} needs a rope_type in {ROPE_TYPES}")
+        if self.positional != "rotary":
+            bad("rope_scaling needs rotary positions")
+        need = {
+            "default": (),
+            "linear": ("factor",),
+            "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                       "original_max_position_embeddings"),
+            "yarn": ("factor", "original_max_position_embeddings"),
+            "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
+        }[rs["rope_type"]]  # fmt: skip
+        missing = [k for k in need if rs.get(k) is None]
+        if missing:
+            bad(f"rope_scaling of rope_type {rs['rope_type']!r} needs {missing}")
+        for k in ("short_factor", "long_factor"):
+            if k in need and (not isinstance(rs[k], list) or len(rs[k]) != self.rotary_dims // 2):
+                bad(f"rope_scaling.{k} must list {self.rotary_dims // 2} numbers (rotary dims / 2)")
+
+    def _check_attention(self, bad) -> None:
+        """Sliding windows, layer types, logit caps, q/k and sandwich norms: decoder-only."""
+        extras = {
+            "attention_window": self.attention_window, "layer_types": self.layer_types,
+            "attn_softcap": self.attn_softcap, "logit_softcap": self.logit_softcap,
+            "qk_norm": self.qk_norm or None, "sandwich_norm": self.sandwich_norm or None,
+            "local_rope_theta": self.local_rope_theta,
+        }  # fmt: skip
+        if self.family == "encoder-decoder" and any(v is not None for v in extras.values()):
+            given = {k: v for k, v in extras.items() if v is not None}
+            bad(f"{given} are supported for decoder-only models")
+        w = self.attention_window
+        if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w < 1):
+            bad(f"attention_window={w!r} must be a positive integer")
+        lt = self.layer_types
+        if lt is not None:
+            if not isinstance(lt, list) or len(lt) != self.n_decoder_layers:
+                bad(f"layer_types must list {self.n_decoder_layers} layer types, got {lt!r}")
+            if any(t not in LAYER_TYPES for t in lt):
+                bad(f"layer_types={lt!r}: each one of {LAYER_TYPES}")
+            if SLIDING in lt and w is None:
+                bad("layer_types names sliding_attention layers but attention_window is none")
+        for name in ("attention_scale", "attn_softcap", "logit_softcap"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not 0 < v < float("inf")):  # fmt: skip
+                bad(f"{name}={v!r} must be a positive number (or none)")
+        if self.sandwich_norm and self.norm != "pre":
+            bad("sandwich_norm needs norm='pre' (a norm before and after each sublayer)")
+        if self.qk_norm and self.norm_type != "rmsnorm":
+            bad("qk_norm is an RMSNorm: it needs norm_type='rmsnorm'")
+
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        """Each attention head's width: d_head, or d_model / n_heads."""
+        return self.d_model // self.n_heads if self.d_head is None else self.d_head
+
+    @property
+    def rotary_dims(self) -> int:
+        """The head dims rotary turns (the first ones): rotary_dim, or all of them."""
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
+
+    @property
+    def attention_bias(self) -> bool:
+        """Whether the query/key/value projections have biases (qkv_bias, or bias)."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    def layer_type(self, i: int) -> str:
+        """Decoder layer i's attention: full_attention or sliding_attention."""
+        if self.layer_types is not None:
+            return self.layer_types[i]
+        return FULL if self.attention_window is None else SLIDING
+
+    @property
+    def gated(self) -> bool:
+        """A gated feed-forward block (swiglu, geglu): down(act(gate(x)) * up(x))."""
+        return self.activation in GATED
 
     @property
     def decoder_ffn(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import types
 import typing
 from collections.abc import Sequence
@@ -88,6 +89,17 @@ def default_text(f: dataclasses.Field) -> str:
     return str(value)
 
 
+def json_object(text: str) -> dict:
+    """argparse's type for a dict field: a JSON object, or a clear error."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object expected, got {text!r}")
+    return value
+
+
 def flag_names(f: dataclasses.Field) -> tuple[str, ...]:
     return tuple(f.metadata.get("flags") or ()) or ("--" + f.name.replace("_", "-"),)
 
@@ -125,6 +137,9 @@ def add_flags(
             else:
                 kw["action"] = "store_const"
                 kw["const"] = True
+        elif base is dict:  # a JSON object: --rope-scaling '{"rope_type": "linear", ...}'
+            kw["type"] = json_object
+            kw["metavar"] = meta.get("metavar") or "JSON"
         elif _is_sequence(base):
             kw["action"] = "append"
             kw["metavar"] = meta.get("metavar") or "TEXT"

@@ -102,13 +102,33 @@ HF_NAMES = {
     "pad_id": "pad_token_id",
     "bos_id": "bos_token_id",
     "eos_id": "eos_token_id",
+    "d_head": "head_dim",
+    "local_rope_theta": "rope_local_base_freq",
+    "attn_softcap": "attn_logit_softcapping",
+    "logit_softcap": "final_logit_softcapping",
+    "attention_window": "sliding_window",
 }
 OUR_NAMES = {hf: ours for ours, hf in HF_NAMES.items()}
 
 
-# written only when set: a package whose decoder FFN is as wide as its encoder's has the keys of
-# the packages before decoder_d_ff existed, so earlier runtimes still read it
-OMITTED_WHEN_NONE = ("decoder_d_ff",)
+# written only when not at these values (the fields added since format 5 first shipped): a model
+# that does not use them has the keys of the packages before they existed, so earlier runtimes
+# still read it
+OMITTED_AT_DEFAULT: dict[str, object] = {
+    "decoder_d_ff": None,
+    "d_head": None,
+    "qkv_bias": None,
+    "qk_norm": False,
+    "sandwich_norm": False,
+    "rotary_dim": None,
+    "rope_scaling": None,
+    "attention_window": None,
+    "layer_types": None,
+    "local_rope_theta": None,
+    "attention_scale": None,
+    "attn_softcap": None,
+    "logit_softcap": None,
+}
 
 
 def model_to_json(model: dict) -> dict:
@@ -116,7 +136,7 @@ def model_to_json(model: dict) -> dict:
     return {
         HF_NAMES.get(k, k): v
         for k, v in model.items()
-        if not (k in OMITTED_WHEN_NONE and v is None)
+        if not (k in OMITTED_AT_DEFAULT and v is OMITTED_AT_DEFAULT[k])  # None, False
     }
 
 

@@ -177,6 +177,16 @@ def _measured(where: str, key: str, value: object) -> dict[str, float]:
     return out
 
 
+def _source(where: str, value: object) -> dict[str, str]:
+    """config.json's `source`: short strings only (it is printed by `edgeformer info`)."""
+    source = _obj(where, "source", value)
+    for key, text in source.items():
+        _want(where, f"source.{key}", text, str, "a string")
+        if len(text) > 200:
+            raise PackageError(f"{where}: source.{key} is longer than 200 characters")
+    return source
+
+
 @dataclass(frozen=True)
 class PackageConfig:
     """config.json, typed and checked: what export writes and the runtime reads."""
@@ -189,12 +199,18 @@ class PackageConfig:
     files: dict[str, str]  # file -> sha256
     task: dict = field(default_factory=dict)  # e.g. {kind, src_lang, tgt_lang}
     opset: int = 21
+    # where the weights came from when not trained here: {"format": "huggingface",
+    # "architecture": "Qwen2ForCausalLM"} (written only when set)
+    source: dict = field(default_factory=dict)
     min_onnxruntime: str = MIN_ONNXRUNTIME
     format: str = PACKAGE_FORMAT
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict:
-        return asdict(self) | {"model": model_to_json(self.model.to_dict())}
+        data = asdict(self) | {"model": model_to_json(self.model.to_dict())}
+        if not self.source:
+            del data["source"]  # a model trained here: the keys of the packages before it
+        return data
 
     @classmethod
     def from_json(cls, data: object, where: str = CONFIG_FILE) -> PackageConfig:
@@ -252,6 +268,7 @@ class PackageConfig:
             variants=variants,
             files=_names(where, "files", data.get("files")),
             task=_obj(where, "task", data.get("task", {})),
+            source=_source(where, data.get("source", {})),
             opset=_int(where, "opset", data.get("opset", 21), 1),
             min_onnxruntime=version,
             format_version=fmt,

@@ -40,6 +40,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..core.config import FULL, SLIDING
 from ..core.format import ED_LENGTHS, LOGITS_3D, attention_head_size, io_names
 from .gptq import Hessians, gptq_int4
 from .recipes import VariantSpec
@@ -187,6 +188,8 @@ class Builder:
         c = self.cfg
         self.H, self.G, self.D, self.C = c.n_heads, c.kv_heads, c.head_dim, c.d_model
         self.Dp = attention_head_size(self.D)  # the fused attention's head size (zero-padded)
+        self.R = c.rotary_dims  # the head dims rotary turns
+        self._rows: dict[str, str] = {}  # LongRoPE's table rows, per graph
         self.tied = c.tie_embeddings
         self.rms = c.norm_type == "rmsnorm"
         # the embedding scale (sqrt(C), or 1) folded into the table; a tied head divides it out
@@ -229,9 +232,22 @@ class Builder:
             weight=out.reshape(w.shape[0], -1), bias=mod.bias, source=mod, k_index=k_index
         )
 
-    def attention_attrs(self) -> dict:
-        """GroupQueryAttention's scale: 1/sqrt(true head dim) when its heads are padded."""
-        return {"scale": float(self.D**-0.5)} if self.padded else {}
+    def attention_attrs(self, layer_type: str = FULL) -> dict:
+        """GroupQueryAttention's attributes beyond the head counts: its scale (the model's, or
+        1/sqrt(true head dim) when the heads are padded), the logits' soft cap, and a sliding
+        layer's window (local_window_size: on onnxruntime 1.32 a query sees that many keys, its
+        own included, as transformers' sliding_window; measured, design notes 2026-11-29)."""
+        cfg = self.cfg
+        attrs: dict = {}
+        if cfg.attention_scale is not None:
+            attrs["scale"] = float(cfg.attention_scale)
+        elif self.padded:
+            attrs["scale"] = float(self.D**-0.5)
+        if cfg.attn_softcap is not None:
+            attrs["softcap"] = float(cfg.attn_softcap)
+        if layer_type == SLIDING and cfg.attention_window is not None:
+            attrs["local_window_size"] = cfg.attention_window
+        return attrs
 
     # -- weights -------------------------------------------------------------------------------
     def _nbits(
@@ -368,6 +384,14 @@ class Builder:
         table = g.weight("embed.table" if self.tied else "lm_head.weight", w)
         return g.op("Gemm", [h, table, *bias], transB=1)
 
+    def capped(self, g: Graph, logits: str) -> str:
+        """logit_softcap: X tanh(z / X) (Gemma 2's final_logit_softcapping)."""
+        cap = self.cfg.logit_softcap
+        if cap is None:
+            return logits
+        c = g.const(cap, np.float32)
+        return g.op("Mul", [g.op("Tanh", [g.op("Div", [logits, c])]), c])
+
     # -- blocks --------------------------------------------------------------------------------
     def norms(self, prefix: str, layers, final) -> list[tuple[object, str]]:
         """(LayerNorm, weight name) in the order the residual stream meets them (pre-LN adds
@@ -380,6 +404,17 @@ class Builder:
             out.append((layer.res_ffn.norm, f"{prefix}.{i}.ffn_norm"))
         if self.cfg.norm == "pre":
             out.append((final, f"{prefix}.final_norm"))
+        return out
+
+    def post_norms(self, prefix: str, layers) -> list[tuple[object, str] | None]:
+        """sandwich_norm: each sublayer's output norm, in sublayer order (None: none)."""
+        out: list[tuple[object, str] | None] = []
+        for i, layer in enumerate(layers):
+            for kind, res in (("attn", layer.res_attn), ("cross", getattr(layer, "res_cross",
+                              None)), ("ffn", layer.res_ffn)):  # fmt: skip
+                if res is not None:
+                    post = res.post
+                    out.append(None if post is None else (post, f"{prefix}.{i}.{kind}_post_norm"))
         return out
 
     def norm_params(self, g: Graph, norm_and_name, last: bool) -> list[str]:
@@ -412,10 +447,13 @@ class Builder:
         normed = self.norm(g, s, params)
         return (normed, None, None, s) if n_out == 4 else normed
 
-    def residual_stack(self, g: Graph, x: str, pos: str | None, sublayers, norms, last: bool):
+    def residual_stack(
+        self, g: Graph, x: str, pos: str | None, sublayers, norms, last: bool, posts=None
+    ):
         """Run sublayers f_k(h) -> (y, bias) with residuals and LayerNorms; returns the output.
 
         post-LN: x = LN_k(x + f_k(x) + b);   pre-LN: h = LN_k(x); x = x + f_k(h) + b; ...; LN_final.
+        sandwich (posts: the sublayers' output norms): x = x + LN'_k(f_k(h) + b) instead.
         `pos` (the position vectors, or None) is added to the token vectors x first.
         """
         K = len(sublayers)
@@ -433,6 +471,10 @@ class Builder:
             h = self.norm(g, x, params)
         for k, f in enumerate(sublayers):
             y, b = f(h)
+            post = None if posts is None else posts[k]
+            if post is not None:  # sandwich: the sublayer's output normed before the residual
+                y = self.norm(g, g.op("Add", [y, b]) if b else y, self.norm_params(g, post, False))
+                b = None
             params = self.norm_params(g, norms[k + 1], last and k == K - 1)
             h, _, _, x = self.skip_norm(g, y, x, params, b, 4)
         return h
@@ -442,19 +484,44 @@ class Builder:
             return None
         return g.op("Gather", [g.weight("pos.table", _f32(self.model.pos.table)), position_ids])
 
-    def rotary_caches(self, g: Graph) -> tuple[str, str]:
-        r = self.model.rotary
-        return g.weight("rotary.cos", _f32(r.cos)), g.weight("rotary.sin", _f32(r.sin))
+    def rotary_caches(self, g: Graph, local: bool = False) -> tuple[str, str]:
+        """The cos/sin tables (rows, R/2) of the model's rotary (local: the sliding layers')."""
+        r = self.model.local_rotary if local else self.model.rotary
+        name = "rotary.local" if local else "rotary"
+        return g.weight(f"{name}.cos", _f32(r.cos)), g.weight(f"{name}.sin", _f32(r.sin))
 
-    def rotate(self, g: Graph, tensors, position_ids: str, padded: bool = False) -> list[str]:
-        """Rotary positions on (B, T, heads x D) tensors, given as (tensor, heads) pairs
-        ('rotate half' layout); padded: heads of Dp dims, of which the first D turn."""
-        cos, sin = self.rotary_caches(g)
-        dims = {"rotary_embedding_dim": self.D} if padded and self.padded else {}
+    def rotary_rows(self, g: Graph, position_ids: str) -> str:
+        """The rotary table rows of position_ids: LongRoPE's tables hold the short set, then
+        the long set at rows max_len ...; a call whose positions reach past
+        original_max_position_embeddings reads the long set (Rotary.rows), once per graph.
+
+            position_ids -> ReduceMax -> + 1 > switch -> Cast -> * max_len -> + position_ids
+        """
+        from onnx import TensorProto as TP
+
+        switch = self.model.rotary.switch
+        if switch is None:
+            return position_ids
+        if g.name not in self._rows:
+            longest = g.op("ReduceMax", [position_ids], keepdims=0)
+            long = g.op("Cast", [g.op("Greater", [longest, g.const(switch - 1)])], to=TP.INT64)
+            offset = g.op("Mul", [long, g.const(self.cfg.max_len)])
+            self._rows[g.name] = g.op("Add", [position_ids, offset])
+        return self._rows[g.name]
+
+    def rotate(
+        self, g: Graph, tensors, position_ids: str, head_size: int, local: bool = False
+    ) -> list[str]:
+        """Rotary positions on (B, T, heads x head_size) tensors, given as (tensor, heads)
+        pairs ('rotate half' layout): the first R dims of each head turn (R: rotary_dims; the
+        rest, partial rotary's or the zero padding, pass)."""
+        cos, sin = self.rotary_caches(g, local)
+        dims = {"rotary_embedding_dim": self.R} if self.R != head_size else {}
+        rows = self.rotary_rows(g, position_ids)
         return [
             g.op(
                 "RotaryEmbedding",
-                [t, position_ids, cos, sin],
+                [t, rows, cos, sin],
                 domain=MS,
                 num_heads=heads,
                 interleaved=0,
@@ -463,28 +530,57 @@ class Builder:
             for t, heads in tensors
         ]
 
-    def self_attention(self, g: Graph, attn, name: str, cache, lengths, position_ids: str):
-        """GQA over the shared cache buffer: (B, T, C) -> (y, out bias); writes present K/V."""
-        seqlens_k, total = lengths
+    def head_norm(self, g: Graph, t: str, heads: int, norm, name: str) -> str:
+        """qk_norm: an RMSNorm over each head's D dims of a (B, T, heads x D) tensor.
 
-        rotary = self.cfg.positional == "rotary"
-        # GQA's own rotary needs head_dim % 16 == 0 (then no padding: Dp == D)
-        fused_rotary = rotary and self.D % 16 == 0
+        (B, T, heads D) -> Reshape (B, T, heads, D) -> SimplifiedLayerNormalization -> back
+        """
+        x = g.op("Reshape", [t, g.const([0, 0, heads, self.D])])
+        x = self.norm(g, x, [g.weight(f"{name}.weight", _f32(norm.weight))])
+        return g.op("Reshape", [x, g.const([0, 0, heads * self.D])])
+
+    def self_attention(
+        self, g: Graph, attn, name: str, cache, lengths, position_ids: str, layer: int
+    ):
+        r"""GQA over the shared cache buffer: (B, T, C) -> (y, out bias); writes present K/V.
+
+        h -> MatMul (packed Q K V) ----------------------------------> GQA (rotary inside)
+                                   \-> Split -> [q/k norm] -> [Rotary] -/   (otherwise)
+        """
+        seqlens_k, total = lengths
+        cfg = self.cfg
+        rotary = cfg.positional == "rotary"
+        local = rotary and self.model.layer_rotary(layer) is not self.model.rotary
+        # GQA's own rotary: whole heads of a multiple of 16 dims (no padding), positions
+        # counted by the op itself (no LongRoPE switch)
+        fused_rotary = (
+            rotary and self.D % 16 == 0 and self.R == self.D and self.model.rotary.switch is None
+        )
         Dp = self.Dp
+        if cfg.qk_norm and self.padded:
+            raise ValueError(
+                f"qk_norm with a head dim of {self.D} (not a multiple of 8) is not exported"
+            )
 
         def f(h):
             qkv, _ = self.linear(g, h, self.heads_out(attn.qkv), f"{name}.qkv")
             qkv = [qkv, "", ""]  # packed Q, K, V
-            if rotary and not fused_rotary:
+            if cfg.qk_norm or (rotary and not fused_rotary):
                 sizes = g.const([self.H * Dp, self.G * Dp, self.G * Dp])
                 q, k, v = g.op("Split", [qkv[0], sizes], 3, axis=-1)
-                qkv = [*self.rotate(g, ((q, self.H), (k, self.G)), position_ids, padded=True), v]
+                if cfg.qk_norm:
+                    q = self.head_norm(g, q, self.H, attn.q_norm, f"{name}.q_norm")
+                    k = self.head_norm(g, k, self.G, attn.k_norm, f"{name}.k_norm")
+                if rotary and not fused_rotary:
+                    q, k = self.rotate(g, ((q, self.H), (k, self.G)), position_ids, Dp, local)
+                qkv = [q, k, v]
             ins = [*qkv, cache[0], cache[1], seqlens_k, total]
             if fused_rotary:
-                ins += list(self.rotary_caches(g))
+                ins += list(self.rotary_caches(g, local))
             y, pk, pv = g.op(
                 "GroupQueryAttention", ins, 3, MS, num_heads=self.H, kv_num_heads=self.G,
-                do_rotary=int(fused_rotary), rotary_interleaved=0, **self.attention_attrs(),
+                do_rotary=int(fused_rotary), rotary_interleaved=0,
+                **self.attention_attrs(cfg.layer_type(layer)),
             )  # fmt: skip
             self.presents += [pk, pv]
             return self.linear(g, y, self.heads_in(attn.out), f"{name}.out", add_bias=False)
@@ -519,11 +615,14 @@ class Builder:
         act = self.cfg.activation
 
         def f(h):
-            if act == "swiglu":  # silu(gate) * up, gate and up in one MatMul
+            if act in ("swiglu", "geglu"):  # act(gate) * up, gate and up in one MatMul
                 gate_up, _ = self.linear(g, h, _packed(ffn.gate, ffn.up), f"{name}.gate_up")
                 gate, up = g.op("Split", [gate_up], 2, axis=-1, num_outputs=2)
-                silu = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
-                u = g.op("Mul", [silu, up])
+                if act == "swiglu":  # silu
+                    a = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+                else:  # gelu_tanh (Gemma's gelu_pytorch_tanh)
+                    a = g.op("FastGelu", [gate], domain=MS)
+                u = g.op("Mul", [a, up])
             elif act == "gelu":
                 u, b = self.linear(g, h, ffn.up, f"{name}.up", add_bias=False)
                 u = g.op("BiasGelu", [u, b], domain=MS) if b else g.op("Gelu", [u])
@@ -588,8 +687,10 @@ class Builder:
             qkv, b = self.linear(g, h, attn.qkv, f"{name}.qkv", add_bias=rotary)
             q, k, v = g.op("Split", [qkv], 3, axis=-1, num_outputs=3)
             if rotary:
-                q, k = self.rotate(g, ((q, self.H), (k, self.H)), position_ids)
-            y = g.op("MultiHeadAttention", [q, k, v, b or "", mask32], domain=MS, num_heads=self.H)
+                q, k = self.rotate(g, ((q, self.H), (k, self.H)), position_ids, self.D)
+            scale = {} if self.cfg.attention_scale is None else {"scale": self.cfg.attention_scale}
+            y = g.op("MultiHeadAttention", [q, k, v, b or "", mask32], domain=MS, num_heads=self.H,
+                     **scale)  # fmt: skip
             return self.linear(g, y, attn.out, f"{name}.out", add_bias=False)
 
         return f
@@ -646,9 +747,8 @@ class Builder:
                 self_kv, cross_kv = [p for p in past if p.startswith(f"past_key_values.{i}.")], []
             for p in self_kv:
                 g.input(p, TP.FLOAT, [B, self.G, M, Dp])
-            sublayers.append(
-                self.self_attention(g, layer.attn, f"dec.{i}.attn", self_kv, lengths, position_ids)
-            )
+            sublayers.append(self.self_attention(g, layer.attn, f"dec.{i}.attn", self_kv, lengths,
+                                                 position_ids, i))  # fmt: skip
             if ed:
                 for p in cross_kv:  # K/V, then the last source token's (a new token's shape)
                     last_kv = ".last_" in p
@@ -658,15 +758,15 @@ class Builder:
                                                       enc_lengths))  # fmt: skip
             sublayers.append(self.feed_forward(g, layer.ffn, f"dec.{i}.ffn"))
         norms = self.norms("dec", layers, m.dec_norm if ed else m.norm)
-        h = self.residual_stack(
-            g, self.embedding(g, ids), self.positions(g, position_ids), sublayers, norms, last=True
-        )
+        posts = self.post_norms("dec", layers) if cfg.sandwich_norm else None
+        h = self.residual_stack(g, self.embedding(g, ids), self.positions(g, position_ids),
+                                sublayers, norms, last=True, posts=posts)  # fmt: skip
         if ed:  # one token a row: its hidden state (B, 1, C) -> (B, C)
             h_last = g.op("Squeeze", [h, g.const([1])])
         else:  # the last real position of each row: the largest position id (padding: id 0)
             last = g.op("ArgMax", [position_ids], axis=1, keepdims=1)  # (B, 1)
             h_last = g.op("GatherND", [h, last], batch_dims=1)  # (B, C)
-        g.output(self.head(g, h_last), "logits", TP.FLOAT, [B, cfg.vocab_size])
+        g.output(self.capped(g, self.head(g, h_last)), "logits", TP.FLOAT, [B, cfg.vocab_size])
         presents = [n for n in names["outputs"] if n.startswith("present.")]
         cross_presents = [n for n in presents if ".encoder." in n]
         for value, out in zip(self.presents, presents[: len(self.presents)], strict=True):

@@ -121,13 +121,17 @@ def write_run_configs(folder: Path, checkpoint_dir: Path, config: PackageConfig)
     own = checkpoint_dir / GENERATION_CONFIG
     if own.is_file():
         # the runtime's reading of it must work: checked now, not at a user's first load
-        generation_settings(json.loads(own.read_text()), config, str(own))
+        settings = json.loads(own.read_text())
+        generation_settings(settings, config, str(own))
         shutil.copyfile(own, folder / GENERATION_CONFIG_FILE)
     else:
-        text = json.dumps(default_generation_config(config), indent=2)
-        (folder / GENERATION_CONFIG_FILE).write_text(text)
+        settings = default_generation_config(config)
+        (folder / GENERATION_CONFIG_FILE).write_text(json.dumps(settings, indent=2))
     if config.family == "decoder-only":
-        (folder / GENAI_CONFIG_FILE).write_text(json.dumps(genai_config(config), indent=2))
+        eos = settings.get("eos_token_id")
+        end_ids = eos if isinstance(eos, list) and eos else [config.special_tokens.eos_id]
+        text = json.dumps(genai_config(config, end_ids=end_ids), indent=2)
+        (folder / GENAI_CONFIG_FILE).write_text(text)
 
 
 def measure_variants(
@@ -253,6 +257,7 @@ def write_package(
         files={},
         task=ckpt_config.get("task", {}),  # e.g. {"kind": "translation", "src_lang": "en"}
         opset=OPSET,
+        source=ckpt_config.get("source", {}),  # a converted model's format and architecture
     )
     write_run_configs(tmp, checkpoint_dir, config)
     config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})

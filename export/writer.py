@@ -80,9 +80,12 @@ def write_accuracy_variant(
     return files
 
 
-def genai_config(config: PackageConfig, variant: str = "fp32") -> dict:
+def genai_config(
+    config: PackageConfig, variant: str = "fp32", end_ids: list[int] | None = None
+) -> dict:
     """onnxruntime-genai's config for a decoder-only package's `variant` (model type "decoder":
-    genai's generic decoder-only LLM): our IO names, the 3-D logits, the shared cache buffer."""
+    genai's generic decoder-only LLM): our IO names, the 3-D logits, the shared cache buffer;
+    end_ids: every id that ends generation (generation_config.json's eos_token_id list)."""
     m = config.model
     sp = config.special_tokens
     decoder = {
@@ -111,7 +114,7 @@ def genai_config(config: PackageConfig, variant: str = "fp32") -> dict:
         "vocab_size": m.vocab_size,
         "context_length": m.max_len,
         "bos_token_id": sp.bos_id,
-        "eos_token_id": sp.eos_id,
+        "eos_token_id": sp.eos_id if not end_ids or end_ids == [sp.eos_id] else end_ids,
         "pad_token_id": sp.pad_id,
         "decoder": decoder,
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..core.config import ModelConfig
+from ..core.config import FULL, SLIDING, ModelConfig
 from .layers import (
     CAUSAL,
     KV,
@@ -41,6 +41,20 @@ def key_padding_mask(mask: torch.Tensor, t: int) -> torch.Tensor:
     return mask.bool()[:, None, None, :].expand(B, 1, t, S)
 
 
+def windowed(mask: torch.Tensor | None | str, t: int, s: int, window: int, device=None):
+    """A causal mask (B or 1, 1, T, S) (None: one token, CAUSAL: T = S without padding) cut to
+    a sliding window: query i, at cache position S - T + i, sees keys after S - T + i - window
+    (itself and the window - 1 before it, as transformers' sliding_window_overlay)."""
+    q = torch.arange(t, device=device)[:, None] + (s - t)
+    k = torch.arange(s, device=device)[None, :]
+    near = (k > q - window)[None, None]
+    if mask is None:
+        return near
+    if isinstance(mask, str):
+        return causal_mask(t, s, device) & near
+    return mask & near
+
+
 def _check_length(cfg: ModelConfig, length: int, what: str) -> None:
     if torch.compiler.is_compiling():  # shapes are symbolic during ONNX export
         return
@@ -55,6 +69,9 @@ class _Base(nn.Module):
         self.embed = TokenEmbedding(cfg)
         self.pos = AbsolutePositions(cfg) if cfg.positional != "rotary" else None
         self.rotary = Rotary(cfg) if cfg.positional == "rotary" else None
+        # the sliding_attention layers' own rotary base (Gemma 3)
+        local = cfg.positional == "rotary" and cfg.local_rope_theta is not None
+        self.local_rotary = Rotary(cfg, local=True) if local else None
         self.drop = nn.Dropout(cfg.dropout)
         if not cfg.tie_embeddings:
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -76,7 +93,16 @@ class _Base(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, V)
         logits = h @ self.embed.weight.t() if self.cfg.tie_embeddings else self.lm_head(h)
-        return logits + self.logits_bias if self.cfg.logits_bias else logits
+        if self.cfg.logits_bias:
+            logits = logits + self.logits_bias
+        cap = self.cfg.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)
+
+    def layer_rotary(self, i: int) -> Rotary | None:
+        """Decoder layer i's rotary: the local one in a sliding_attention layer that has one."""
+        if self.local_rotary is not None and self.cfg.layer_type(i) == SLIDING:
+            return self.local_rotary
+        return self.rotary
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -191,10 +217,15 @@ class DecoderOnly(_Base):
                 torch.arange(T, device=ids.device)[:, None] + past
             )
             mask = mask | diag[None, None]
+        masks = {FULL: mask}
+        if self.cfg.attention_window is not None:
+            masks[SLIDING] = windowed(mask, T, S, self.cfg.attention_window, ids.device)
         x = self.embed_tokens(ids, positions)
         present = []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, mask, positions, self.rotary, None if cache is None else cache[i])
+            past_i = None if cache is None else cache[i]
+            layer_mask = masks[self.cfg.layer_type(i)]
+            x, kv = layer(x, layer_mask, positions, self.layer_rotary(i), past_i)
             present.append(kv)
         return self.logits(self.norm(x)), present
 

@@ -406,9 +406,11 @@ def package_info(path: str) -> str:
         else str(m.n_decoder_layers)
     )  # fmt: skip
     task = ", ".join(f"{k} {v}" for k, v in c.task.items()) or "-"
+    source = " ".join(c.source.get(k, "") for k in ("format", "architecture")).strip()
     lines = [
         f"package      {pkg.path} (format {c.format_version}, checksums verified)",
         f"family       {c.family}; task: {task}",
+        *([f"source       {source}"] if source else []),
         f"model        d_model {m.d_model}, {layers} layers, {m.n_heads} heads, "
         f"vocab {m.vocab_size}, max_len {m.max_len}, {m.norm}-LN, {m.positional}",
         f"onnxruntime  needs >= {c.min_onnxruntime}; here {ort.__version__}, providers "

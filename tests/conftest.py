@@ -33,6 +33,21 @@ def make_tokenizer(path, vocab_size: int = 200):
     return path
 
 
+def byte_level_tokenizer(path):
+    """A small byte-level BPE tokenizer.json (GPT-2's kind), saved next to the model."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=280, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 8, trainer)
+    tok.save(str(path))
+
+
 @pytest.fixture(scope="session")
 def tokenizer_json(tmp_path_factory):
     return make_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")

@@ -39,9 +39,13 @@ def imports(path: Path, root: Path = ROOT) -> list[tuple[str, bool]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
+            if node.level and not node.module:  # `from . import a, b`: the modules a, b
+                base = package[: len(package) - node.level + 1]
+                found += [(".".join([*base, a.name]), id(node) in top_level) for a in node.names]
+                continue
             if node.level:
                 base = package[: len(package) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
+                target = ".".join([*base, node.module])
             else:
                 target = node.module or ""
             found.append((target, id(node) in top_level))

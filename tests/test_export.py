@@ -482,11 +482,33 @@ def test_check_variants():
         dict(positional="rotary", norm="pre", activation="gelu", tie_embeddings=False),
         dict(positional="rotary", d_model=64, n_heads=4),  # head dim 16: GQA's fused rotary
         dict(positional="learned", norm="pre"),
+        # the Hugging Face families' fields, on our own models: heads wider than d_model / H,
+        # biases on q/k/v alone, a gated GELU, partial rotary with linear scaling
+        dict(
+            positional="rotary",
+            d_head=16,
+            qkv_bias=True,
+            bias=False,
+            activation="geglu",
+            rotary_dim=8,
+            rope_scaling={"rope_type": "linear", "factor": 2.0},
+        ),
+        dict(
+            positional="rotary",
+            norm="pre",
+            norm_type="rmsnorm",
+            qk_norm=True,
+            sandwich_norm=True,
+            d_head=16,
+            attention_scale=0.3,
+        ),
     ],
 )
 @pytest.mark.parametrize("family_name", ["encoder-decoder", "decoder-only"])
 def test_other_configurations_match_pytorch(family_name, kw, tmp_path, tokenizer_json):
     """Positions, norms, activations and heads the fixtures do not cover."""
+    if family_name == "encoder-decoder" and kw.get("qk_norm"):  # decoder-only fields
+        kw = {k: v for k, v in kw.items() if k not in ("qk_norm", "sandwich_norm")}
     from edgeformer.models import ModelConfig, build_model
     from edgeformer.models.checkpoint import save_checkpoint
 

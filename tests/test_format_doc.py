@@ -34,11 +34,14 @@ def test_standalone_greedy_loop_matches_the_runtime(ed_package, tmp_path):
 
 
 def test_format_section_names_every_key_and_io_name(ed_package, lm_package):
-    from edgeformer.core.format import HF_NAMES
+    from edgeformer.core.format import HF_NAMES, OMITTED_AT_DEFAULT
 
     fmt = DOC.split("## Running a package without edgeformer", 1)[0]
     for key in HF_NAMES.values():  # also those a package has only when set (decoder_ffn_dim)
         assert f"`{key}`" in fmt, key
+    for field in OMITTED_AT_DEFAULT:  # the keys written only when a model uses them
+        assert f"`{HF_NAMES.get(field, field)}`" in fmt, field
+    assert "`source`" in fmt
     for pkg in (ed_package, lm_package):
         cfg = json.loads((pkg / "config.json").read_text())
         for key in cfg:

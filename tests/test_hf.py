@@ -20,6 +20,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
+from conftest import byte_level_tokenizer  # noqa: E402
+
 from edgeformer.core.decoding import GenerationOptions  # noqa: E402
 from edgeformer.export import export_package  # noqa: E402
 from edgeformer.export.verify import compare  # noqa: E402
@@ -71,21 +73,6 @@ CONFIGS = {
 }
 VARIANTS = ("fp32", "int8", "int4")
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [20, 21, 22, 23, 24]]  # padded in a batch
-
-
-def byte_level_tokenizer(path):
-    """A small byte-level BPE tokenizer.json (GPT-2's kind), saved next to the model."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=280, special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
-    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 8, trainer)
-    tok.save(str(path))
 
 
 def save_hf(name: str, folder):
@@ -260,15 +247,27 @@ def hf_folder(tmp_path, name: str, **changes):
         ("llama", dict(attention_bias=True), "attention_bias=True"),
         ("llama", dict(mlp_bias=True), "mlp_bias=True"),
         ("llama", dict(sliding_window=128), "sliding_window=128"),
-        ("llama", dict(head_dim=32), "head_dim=32"),
         ("llama", dict(num_key_value_heads=3), "num_key_value_heads=3"),
         (
             "llama",
-            dict(rope_parameters={"rope_type": "linear", "factor": 2.0}),
-            "rope_type='linear'",
+            dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0}),
+            "rope_type='dynamic'",
         ),
-        ("llama", dict(rope_parameters=None, rope_scaling={"type": "dynamic"}), "rope_scaling="),
-        ("llama", dict(eos_token_id=[2, 3]), "eos_token_id=[2, 3]"),
+        ("llama", dict(rope_parameters=None, rope_scaling={"type": "dynamic"}), "rope_type="),
+        (
+            "llama",
+            dict(
+                rope_parameters={
+                    "rope_type": "longrope",
+                    "short_factor": [1.0],
+                    "long_factor": [1.0] * 8,
+                }
+            ),
+            "short_factor=",
+        ),  # fmt: skip
+        ("llama", dict(partial_rotary_factor=0.1), "partial_rotary_factor=0.1"),
+        ("llama", dict(pretraining_tp=2), "pretraining_tp=2"),
+        ("llama", dict(eos_token_id=[2, 300]), "eos_token_id=[2, 300]"),
         ("llama", dict(model_type="mistral"), "model_type='mistral'"),
     ],
 )

@@ -48,6 +48,23 @@ def model(family: str = "encoder-decoder", seed: int = 0, **kw):
         (dict(positional="rotary", d_model=36, n_heads=4), "even head dim"),
         (dict(decoder_d_ff=0), "decoder_d_ff=0 must be a positive integer"),
         (dict(family="decoder-only", decoder_d_ff=64), "for encoder-decoder models"),
+        (dict(d_head=0), "d_head=0"),
+        (dict(rotary_dim=4), "rotary_dim=4 must be in"),
+        (dict(positional="rotary", rotary_dim=6, d_head=4), "rotary_dim=6"),
+        (dict(attention_window=4), "decoder-only models"),
+        (dict(family="decoder-only", attention_window=0), "attention_window=0"),
+        (dict(family="decoder-only", layer_types=["full_attention"]), "layer_types must list"),
+        (
+            dict(family="decoder-only", n_decoder_layers=1, layer_types=["sliding_attention"]),
+            "attention_window is none",
+        ),
+        (dict(family="decoder-only", logit_softcap=-1.0), "logit_softcap=-1.0"),
+        (dict(family="decoder-only", sandwich_norm=True), "sandwich_norm needs norm='pre'"),
+        (dict(family="decoder-only", qk_norm=True), "qk_norm is an RMSNorm"),
+        (dict(qk_norm=True, norm_type="rmsnorm"), "decoder-only models"),
+        (dict(positional="rotary", rope_scaling={"rope_type": "dynamic"}), "rope_type in"),
+        (dict(positional="rotary", rope_scaling={"rope_type": "linear"}), "needs \\['factor'\\]"),
+        (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "needs rotary positions"),
     ],
 )
 def test_bad_config_is_a_clear_error(kw, match):

@@ -1,0 +1,182 @@
+"""convert_hf: a Hugging Face model folder -> an edgeformer checkpoint, without transformers.
+
+load (config.json, safetensors) -> validate (the architecture's loader maps the config exactly
+and every tensor, or names what it cannot) -> save (models.checkpoint.save_checkpoint, whole or
+nothing). Pickled `.bin` weights are refused (never unpickled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ...core.config import ModelConfig
+from ..checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, save_checkpoint
+from ..transformer import build_model
+from .loaders import Loader, WeightReader, Weights, loader_for
+
+HF_CONFIG, HF_WEIGHTS, HF_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
+PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def _config_format(path: str | os.PathLike) -> object:
+    """The "format" of a folder's config.json; "huggingface" for a Hugging Face model config
+    (it has architectures / model_type), None for no readable config."""
+    try:
+        config = json.loads((Path(path) / HF_CONFIG).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    if "format" not in config and ("architectures" in config or "model_type" in config):
+        return "huggingface"
+    return config.get("format")
+
+
+def is_hf_model_dir(path: str | os.PathLike) -> bool:
+    """A folder whose config.json is a Hugging Face model config (architectures / model_type)."""
+    return _config_format(path) == "huggingface"
+
+
+def read_hf_config(src: Path) -> dict:
+    if not (src / HF_CONFIG).is_file():
+        raise FileNotFoundError(f"{src} has no {HF_CONFIG}: not a Hugging Face model folder")
+    try:
+        config = json.loads((src / HF_CONFIG).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{src / HF_CONFIG} is not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{src / HF_CONFIG} is not a JSON object")
+    return config
+
+
+def hf_model_config(src: str | os.PathLike) -> tuple[str, ModelConfig]:
+    """(architecture, ModelConfig) of a Hugging Face folder; errors name the field."""
+    hf = read_hf_config(Path(src))
+    arch, loader = loader_for(hf)
+    return arch, loader.config(loader.fields(hf, arch))
+
+
+def load_weights(src: Path) -> Weights:
+    """All tensors of the folder's safetensors file(s), as float32. Pickles are refused."""
+    from safetensors.torch import load_file
+
+    if (src / HF_WEIGHTS).is_file():
+        files = [src / HF_WEIGHTS]
+    elif (src / HF_INDEX).is_file():
+        index = json.loads((src / HF_INDEX).read_text())
+        files = [src / name for name in sorted(set(index.get("weight_map", {}).values()))]
+    elif any((src / name).is_file() for name in PICKLED):
+        raise ValueError(
+            f"{src} holds pickled PyTorch weights (pytorch_model.bin), which edgeformer never "
+            "unpickles. Convert them to safetensors first, in an environment you trust: "
+            "`AutoModelForCausalLM.from_pretrained(SRC).save_pretrained(SRC, "
+            "safe_serialization=True)`, or the `convert` Space of the safetensors project"
+        )
+    else:
+        raise FileNotFoundError(f"{src} has no {HF_WEIGHTS} (or {HF_INDEX})")
+    weights: Weights = {}
+    for file in files:
+        if not file.is_file():
+            raise FileNotFoundError(f"{src}: {file.name} (listed in {HF_INDEX}) is missing")
+        weights.update({k: v.float() for k, v in load_file(str(file)).items()})
+    return weights
+
+
+def map_weights(arch: str, loader: Loader, weights: Weights, cfg: ModelConfig) -> Weights:
+    """Our state dict; a missing tensor, or one nobody maps, is an error naming it."""
+    w = WeightReader(weights, loader.prefix)
+    try:
+        sd, ignored = loader.weights(w, cfg)
+    except KeyError as e:
+        raise ValueError(f"{arch} weights: missing tensor {e.args[0]!r}") from None
+    extra = sorted(set(w) - w.read - ignored)
+    if extra:
+        raise ValueError(f"{arch} weights: tensors edgeformer does not model: {extra[:5]}")
+    return sd
+
+
+def check_out(src: Path, out: Path, force: bool) -> None:
+    """Refuse an OUT that would replace the source, or anything but a checkpoint without force."""
+    if out.resolve() == src.resolve() or out.resolve() in src.resolve().parents:
+        raise ValueError(f"{out} is or contains the Hugging Face folder {src}; choose another")
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise FileExistsError(f"{out} already exists (use force=True / --force to replace it)")
+        if _config_format(out) != CHECKPOINT_FORMAT:
+            raise FileExistsError(
+                f"{out} exists and is not an edgeformer checkpoint: --force replaces checkpoints "
+                "only; remove it yourself or choose another folder"
+            )
+
+
+def generation_config(src: Path, cfg: ModelConfig, end_ids: list[int]) -> dict | None:
+    """The checkpoint's generation_config.json: the folder's own, or, when it has none and
+    config.json lists several EOS ids (Llama 3), the special ids as transformers'
+    GenerationConfig.from_model_config would take them; None: nothing to write."""
+    if (src / GENERATION_CONFIG).is_file():
+        return None  # copied as it is
+    if len(end_ids) < 2:
+        return None
+    return {"bos_token_id": cfg.bos_id, "eos_token_id": end_ids, "pad_token_id": cfg.pad_id}
+
+
+def _run_configs(src: Path, written: dict | None) -> Callable[[Path], None]:
+    """Write the model's generation_config.json (default decoding settings) into the folder."""
+
+    def write(folder: Path) -> None:
+        if (src / GENERATION_CONFIG).is_file():
+            shutil.copyfile(src / GENERATION_CONFIG, folder / GENERATION_CONFIG)
+        elif written is not None:
+            (folder / GENERATION_CONFIG).write_text(json.dumps(written, indent=2))
+
+    return write
+
+
+def convert_hf(
+    src: str | os.PathLike, out: str | os.PathLike, force: bool = False, verbose: bool = False
+) -> Path:
+    """Convert the Hugging Face folder `src` into the edgeformer checkpoint `out`."""
+    from tokenizers import Tokenizer
+
+    src, out = Path(src), Path(out)
+    check_out(src, out, force)
+    hf = read_hf_config(src)
+    arch, loader = loader_for(hf)
+    f = loader.fields(hf, arch)
+    cfg = loader.config(f)
+    end_ids = loader.end_ids(f, cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer, source_tokenizer = loader.tokenizers(src, Path(tmp), arch)
+        for file in (tokenizer, source_tokenizer):
+            size = 0 if file is None else Tokenizer.from_file(str(file)).get_vocab_size()
+            if size > cfg.vocab_size:
+                raise ValueError(
+                    f"{src}: the tokenizer has {size} tokens, more than the model's vocab_size "
+                    f"{cfg.vocab_size}"
+                )
+        sd = map_weights(arch, loader, load_weights(src), cfg)
+        model = build_model(cfg)
+        try:
+            model.load_state_dict(sd, strict=True)
+        except RuntimeError as e:  # shapes that config.json does not explain
+            raise ValueError(f"{src}: weights do not match config.json ({e})") from None
+        kind = "translation" if cfg.family == "encoder-decoder" else "lm"
+        meta = {"task": {"kind": kind}, "source": {"format": "huggingface", "architecture": arch}}
+        written = generation_config(src, cfg, end_ids)
+        with torch.no_grad():
+            path = save_checkpoint(
+                out, model.eval(), tokenizer, meta, extra=_run_configs(src, written),
+                source_tokenizer_json=source_tokenizer,
+            )  # fmt: skip
+    if verbose:
+        n = model.num_params() / 1e6
+        print(f"converted {arch} ({n:.1f} M parameters) -> {path}", file=sys.stderr, flush=True)
+    return path

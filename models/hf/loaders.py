@@ -1,0 +1,103 @@
+"""The converter's table: one Loader per Hugging Face architecture (as CTranslate2's converters).
+
+A loader knows three things of its architecture: how its config.json maps onto ModelConfig
+(`config`, with the transformers class's defaults for missing keys), how its weights map onto
+edgeformer's module names (`weights`), and which files make its tokenizers (`tokenizers`).
+`convert.convert_hf` runs them: load -> validate -> map -> save. To add an architecture, write
+a Loader subclass with @register (docs/contributing.md says which test to copy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from ...core.config import ModelConfig
+from .fields import Fields
+
+Weights = dict[str, torch.Tensor]
+HF_TOKENIZER = "tokenizer.json"
+
+
+class WeightReader(dict):
+    """The Hugging Face tensors, base-model prefix dropped; remembers which ones were read."""
+
+    def __init__(self, weights: Weights, prefix: str):
+        # "transformer.h.0..." and "h.0..." (GPT-2), "model.layers.0..." (Llama) both occur
+        super().__init__({k.removeprefix(prefix): v for k, v in weights.items()})
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+class Loader:
+    """One architecture: config mapping, weight mapping, tokenizer files."""
+
+    architectures: ClassVar[tuple[str, ...]] = ()  # config.json's "architectures" entry
+    model_types: ClassVar[tuple[str, ...]] = ()  # its "model_type" values
+    prefix: ClassVar[str] = "model."  # the base model's weight prefix, dropped when mapping
+    # the transformers config class's defaults of the keys `config` reads (a config.json saved
+    # by an older transformers omits keys at their default)
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def fields(self, hf: dict, arch: str) -> Fields:
+        return Fields(hf, arch, self.defaults)
+
+    def config(self, f: Fields) -> ModelConfig:
+        """config.json -> ModelConfig, exactly; anything not modelled is a ValueError naming
+        the field."""
+        raise NotImplementedError
+
+    def end_ids(self, f: Fields, cfg: ModelConfig) -> list[int]:
+        """Every id that ends generation (eos_token_id may list several: Llama 3)."""
+        return f.token_ids("eos_token_id", cfg.vocab_size)
+
+    def weights(self, w: WeightReader, cfg: ModelConfig) -> tuple[Weights, set[str]]:
+        """(our state dict, Hugging Face names deliberately not used)."""
+        raise NotImplementedError
+
+    def tokenizers(self, src: Path, tmp: Path, arch: str) -> tuple[Path, Path | None]:
+        """(the tokenizer.json of the targets / the LM, the sources' own or None)."""
+        tokenizer = src / HF_TOKENIZER
+        if not tokenizer.is_file():
+            raise FileNotFoundError(
+                f"{src} has no {HF_TOKENIZER} (a `tokenizers` fast tokenizer): save one with "
+                "`AutoTokenizer.from_pretrained(SRC).save_pretrained(SRC)` (slow-only "
+                "tokenizers are not supported)"
+            )
+        return tokenizer, None
+
+
+LOADERS: dict[str, Loader] = {}  # architecture -> its loader
+
+
+def register(cls: type[Loader]) -> type[Loader]:
+    """Class decorator: the loader converts each of cls.architectures."""
+    for arch in cls.architectures:
+        if arch in LOADERS:
+            raise ValueError(f"two loaders for {arch}")
+        LOADERS[arch] = cls()
+    return cls
+
+
+def loader_for(hf: dict) -> tuple[str, Loader]:
+    """(architecture, its loader) of a config.json; unsupported ones name the field."""
+    archs = hf.get("architectures")
+    if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in LOADERS:
+        raise ValueError(
+            f"unsupported Hugging Face model: architectures={archs!r} "
+            f"(edgeformer converts {', '.join(LOADERS)})"
+        )
+    arch = archs[0]
+    loader = LOADERS[arch]
+    if hf.get("model_type", loader.model_types[0]) not in loader.model_types:
+        want = " or ".join(repr(t) for t in loader.model_types)
+        raise ValueError(
+            f"unsupported {arch} config: model_type={hf.get('model_type')!r} "
+            f"(edgeformer supports {want})"
+        )
+    return arch, loader

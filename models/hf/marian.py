@@ -1,0 +1,150 @@
+"""MarianMTModel (OPUS-MT): the encoder-decoder translators."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from ...core.config import ModelConfig
+from .fields import Fields
+from .loaders import HF_TOKENIZER, Loader, WeightReader, Weights, register
+
+MARIAN_ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu",
+                      "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}  # fmt: skip
+# BART-era fields some OPUS-MT config.json files carry: only Marian's own values are mapped
+MARIAN_FIXED = {"normalize_before": False, "add_final_layer_norm": False,
+                "normalize_embedding": False, "layernorm_embedding": False,
+                "static_position_embeddings": True, "add_bias_logits": False,
+                "is_decoder": False}  # fmt: skip
+
+
+def _same(w: Weights, names: list[str], ref: torch.Tensor, what: str) -> set[str]:
+    """Copies that some checkpoints store (tied embeddings, fixed sinusoids): they must equal
+    `ref` (else the model is not the one we map), and are not used."""
+    for name in names:
+        if name in w and not torch.allclose(w[name], ref, atol=1e-5, rtol=0):
+            raise ValueError(f"MarianMTModel weights: {name} differs from {what}, which "
+                             "edgeformer's mapping assumes it equals")  # fmt: skip
+    return {n for n in names if n in w}
+
+
+@register
+class MarianLoader(Loader):
+    """MarianMTModel (OPUS-MT): encoder-decoder, post-LN, Marian's sinusoids (all sines, then
+    all cosines), scaled embeddings (scale_embedding), swish = SiLU, biases,
+    final_logits_bias, one embedding shared by encoder and decoder (tied or untied head);
+    decoding starts from decoder_start_token_id (the pad token). Its tokenizers come from
+    source.spm / target.spm and vocab.json (models.spm), or from a fast tokenizer.json for both
+    sides when the folder has no .spm files."""
+
+    architectures = ("MarianMTModel",)
+    model_types = ("marian",)
+    defaults: ClassVar[dict[str, Any]] = {
+        "vocab_size": 58101, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
+        "encoder_attention_heads": 16, "decoder_attention_heads": 16, "encoder_ffn_dim": 4096,
+        "decoder_ffn_dim": 4096, "max_position_embeddings": 1024, "pad_token_id": 58100,
+        "eos_token_id": 0, "decoder_start_token_id": 58100,
+        "activation_function": "gelu", "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True, "scale_embedding": False, "decoder_vocab_size": None,
+        "bad_words_ids": None, **MARIAN_FIXED,
+    }  # fmt: skip
+
+    def config(self, f: Fields) -> ModelConfig:
+        act = f.require("activation_function", tuple(MARIAN_ACTIVATIONS))
+        for name, value in MARIAN_FIXED.items():
+            f.require(name, (value,))
+        f.require("share_encoder_decoder_embeddings", (True,))
+        vocab = f.positive("vocab_size")
+        if f.get("decoder_vocab_size") not in (None, vocab):
+            raise f.bad("decoder_vocab_size", f.get("decoder_vocab_size"), f"vocab_size ({vocab})")
+        heads, d_ff = f.positive("encoder_attention_heads"), f.positive("encoder_ffn_dim")
+        if f.positive("decoder_attention_heads") != heads:
+            raise f.bad("decoder_attention_heads", f.get("decoder_attention_heads"),
+                        f"encoder_attention_heads ({heads})")  # fmt: skip
+        decoder_d_ff = f.positive("decoder_ffn_dim")
+        pad = f.token_id("pad_token_id", vocab)
+        eos = f.token_id("eos_token_id", vocab)
+        if pad is None or eos is None or pad == eos:
+            field, got = ("pad_token_id", pad) if pad is None else ("eos_token_id", eos)
+            raise f.bad(field, got, "pad and EOS tokens, two different ids")
+        start = f.token_id("decoder_start_token_id", vocab)
+        start = pad if start is None else start
+        if start == eos:
+            raise f.bad("decoder_start_token_id", start, "an id other than eos_token_id")
+        # generation: the runtime never emits padding (nor the decoder start)
+        f.require("bad_words_ids", (None, [[pad]]))
+        return ModelConfig(
+            family="encoder-decoder",
+            vocab_size=vocab,
+            d_model=f.positive("d_model"),
+            n_heads=heads,
+            n_encoder_layers=f.positive("encoder_layers"),
+            n_decoder_layers=f.positive("decoder_layers"),
+            d_ff=d_ff,
+            decoder_d_ff=None if decoder_d_ff == d_ff else decoder_d_ff,
+            activation=MARIAN_ACTIVATIONS[str(act)],
+            norm="post",
+            norm_type="layernorm",
+            positional="sinusoidal",
+            sinusoid_layout="split",
+            max_len=f.positive("max_position_embeddings"),
+            dropout=0.0,
+            tie_embeddings=f.flag("tie_word_embeddings"),
+            scale_embeddings=f.flag("scale_embedding"),
+            bias=True,
+            logits_bias=True,
+            pad_id=pad,
+            bos_id=start,
+            eos_id=eos,
+        )
+
+    def weights(self, w: WeightReader, cfg: ModelConfig) -> tuple[Weights, set[str]]:
+        """q/k/v (and cross k/v) packed."""
+        from ..layers import sinusoidal_table
+
+        shared = w["shared.weight"]
+        sd = {"embed.weight": shared, "logits_bias": w["final_logits_bias"].reshape(-1)}
+        for side, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
+            for i in range(n):
+                h, o = f"{side}.layers.{i}.", f"{side}.{i}."
+                for b in ("weight", "bias"):
+                    sd[f"{o}attn.qkv.{b}"] = torch.cat(
+                        [w[f"{h}self_attn.{p}_proj.{b}"] for p in "qkv"]
+                    )
+                    sd[f"{o}attn.out.{b}"] = w[f"{h}self_attn.out_proj.{b}"]
+                    sd[f"{o}res_attn.norm.{b}"] = w[f"{h}self_attn_layer_norm.{b}"]
+                    sd[f"{o}ffn.up.{b}"] = w[f"{h}fc1.{b}"]
+                    sd[f"{o}ffn.down.{b}"] = w[f"{h}fc2.{b}"]
+                    sd[f"{o}res_ffn.norm.{b}"] = w[f"{h}final_layer_norm.{b}"]
+                    if side == "decoder":
+                        sd[f"{o}cross.q.{b}"] = w[f"{h}encoder_attn.q_proj.{b}"]
+                        sd[f"{o}cross.kv.{b}"] = torch.cat(
+                            [w[f"{h}encoder_attn.{p}_proj.{b}"] for p in "kv"]
+                        )
+                        sd[f"{o}cross.out.{b}"] = w[f"{h}encoder_attn.out_proj.{b}"]
+                        sd[f"{o}res_cross.norm.{b}"] = w[f"{h}encoder_attn_layer_norm.{b}"]
+        tied = ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight"]
+        if cfg.tie_embeddings:
+            tied.append("lm_head.weight")
+        else:
+            sd["lm_head.weight"] = w["lm_head.weight"]
+        ignored = _same(w, tied, shared, "shared.weight")
+        table = sinusoidal_table(cfg.max_len, cfg.d_model, "split")
+        positions = [f"{side}.embed_positions.weight" for side in ("encoder", "decoder")]
+        return sd, ignored | _same(w, positions, table, "Marian's sinusoidal table")
+
+    def tokenizers(self, src: Path, tmp: Path, arch: str) -> tuple[Path, Path | None]:
+        """source.spm, target.spm, vocab.json -> two tokenizer.json (targets, sources); a
+        fast tokenizer.json saved beside the model and no .spm files: one for both sides."""
+        spm_files = (src / "source.spm").is_file() or (src / "target.spm").is_file()
+        if not spm_files and (src / HF_TOKENIZER).is_file():
+            return src / HF_TOKENIZER, None
+        from ..spm import marian_tokenizers
+
+        texts = marian_tokenizers(src)
+        source, target = tmp / "source.json", tmp / "target.json"
+        source.write_text(texts[0])
+        target.write_text(texts[1])
+        return target, source
