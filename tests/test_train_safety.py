@@ -374,3 +374,14 @@ def test_resume_or_force_never_writes_over_another_folder(data_dir, old_run, tmp
     with pytest.raises(FileExistsError, match=f"--force would replace {other}, which holds"):
         train(small(data_dir, other, teacher=teacher), force=True)
     assert files_of(other) == before
+
+
+def test_distilled_never_overwrites_what_no_distillation_made(data_dir, old_run, tmp_path):
+    mine = tmp_path / "mine"  # a user's data where --distilled would write
+    mine.mkdir()
+    (mine / "train.en").write_text("my own sentences\n")
+    teacher = str(old_run / "best")
+    with pytest.raises(FileExistsError, match="not a teacher's translations"):
+        train(small(data_dir, tmp_path / "new", teacher=teacher, distilled=str(mine)))
+    assert (mine / "train.en").read_text() == "my own sentences\n"
+    assert not (tmp_path / "new").exists()

@@ -62,6 +62,7 @@ from .config import TrainConfig
 from .distill import (
     DISTILLED,
     TEACHER_PACKAGE,
+    check_distilled,
     checkpoint_teacher,
     distill,
     shrunk_config,
@@ -810,6 +811,8 @@ def train(cfg: TrainConfig, force: bool = False) -> nn.Module:
     cfg.check_teacher()
     if cfg.init_from_teacher and cfg.resume is None:  # a package teacher fails before OUT is made
         checkpoint_teacher(Path(str(cfg.teacher)))
+    if cfg.distilled is not None:
+        check_distilled(Path(cfg.distilled), cfg.src_lang, cfg.tgt_lang)
     run = setup(cfg, force)
     try:
         return train_lm(run) if cfg.task == "lm" else train_translation(run)
