@@ -14,11 +14,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# a demo: a second `make demo` trains a new runs/demo (--force: the older run is kept until the
+# new one's first checkpoint is saved); the benchmark writes beside the run, not into it
 demo: $(STAMP)
-	$(VENV)/bin/edgeformer train --preset tiny --out runs/demo
+	$(VENV)/bin/edgeformer train --preset tiny --out runs/demo --force
 	$(VENV)/bin/edgeformer export runs/demo/best runs/demo/package --quantize int8,int4 --force
 	$(VENV)/bin/edgeformer translate runs/demo/package "A man is riding a bike." "Two dogs play in the snow." "A woman in a red dress is singing on a stage."
-	$(VENV)/bin/edgeformer bench --quick --out runs/demo/bench
+	$(VENV)/bin/edgeformer bench --quick --out runs/demo-bench
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -33,15 +33,26 @@ OWN_ENV = False
 
 
 def _cached(path: Path, key: dict, build: Callable[[Path], None]) -> Path:
-    """Run `build(path)` unless `path` holds a finished build of the same `key`."""
+    """Run `build(path)` unless `path` holds a finished build of the same `key`. What is at
+    `path` is replaced only when a build made it (its stamp, or the marker beside it of one
+    that did not finish): a folder of the same name in a user's --work is refused instead."""
     stamp = path / ".bench-stamp.json"
     if (stamp.is_file() and json.loads(stamp.read_text()) == key) or READ_ONLY:
         return path
-    shutil.rmtree(path, ignore_errors=True)
+    building = path.with_name(f".{path.name}.bench-building")
+    there = path.is_symlink() or path.exists() and (not path.is_dir() or any(path.iterdir()))
+    if there and not stamp.is_file() and not building.is_file():
+        raise FileExistsError(
+            f"{path} was not built by edgeformer bench (no {stamp.name}), so it is not "
+            "replaced: remove it or give another --work"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
+    building.touch()
+    shutil.rmtree(path, ignore_errors=True)
     build(path)
     path.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps(key))
+    building.unlink()
     return path
 
 

@@ -12,6 +12,9 @@ Killed at any point, the folder is the old one or the new one, never a mix and n
 `recover(out)` (run by the next write and by load_package) renames a finished new folder in when
 OUT is missing (or the old one back when there is no new one) and deletes what dead processes
 left behind. Folders follow the user's umask (mkdtemp would leave them 0700).
+
+A replacement built over a longer time (a training run that replaces an older one with
+`train --force`) takes `staging_folder(out)` and calls `swap_in(staging, out)` itself.
 """
 
 from __future__ import annotations
@@ -134,15 +137,25 @@ def swap_in(tmp: Path, path: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def staging_folder(path: str | os.PathLike) -> Path:
+    """An empty hidden folder beside `path` (.NAME.tmp-PID-xxxx) to build a replacement of
+    `path` in; `swap_in(it, path)` puts it in place. Until then `path` is untouched; a staging
+    folder whose process died is deleted by the next recover(path)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recover(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
+    follow_umask(tmp)
+    return tmp
+
+
 @contextlib.contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """An empty hidden folder beside `path` to build in; when the block ends without an error
     it replaces `path` (crash-safe swap), else it is removed. The caller checks beforehand that
     `path` may be replaced."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    recover(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
+    tmp = staging_folder(path)
     try:
         yield tmp
         follow_umask(tmp)

@@ -518,3 +518,33 @@ def test_linear_weight_bytes_counts_what_a_step_streams(tmp_path):
     path = tmp_path / "g.onnx"
     onnx.save(helper.make_model(graph), path)
     assert linear_weight_bytes(path) == 4 * (4 * 3 + 3 * 5)
+
+
+def test_work_folder_replaces_only_what_bench_built(tmp_path):
+    from edgeformer.benchmarks.artifacts import _cached
+
+    def build(path: Path) -> None:
+        path.mkdir()
+        (path / "model.onnx").write_text("built")
+
+    mine = tmp_path / "ed-package"  # a user's folder that has a build's name, in --work
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not built by edgeformer bench"):
+        _cached(mine, {"v": 1}, build)
+    assert (mine / "notes.txt").read_text() == "mine"
+    built = _cached(tmp_path / "ed-checkpoint", {"v": 1}, build)
+    (built / "model.onnx").write_text("old")
+    assert (_cached(built, {"v": 1}, build) / "model.onnx").read_text() == "old"  # reused
+    assert (_cached(built, {"v": 2}, build) / "model.onnx").read_text() == "built"  # rebuilt
+
+    def killed(path: Path) -> None:
+        path.mkdir()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _cached(tmp_path / "lm-hf", {"v": 1}, killed)
+    assert (_cached(tmp_path / "lm-hf", {"v": 1}, build) / "model.onnx").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ed-checkpoint", "ed-package", "lm-hf"
+    ]  # fmt: skip

@@ -75,7 +75,7 @@ def test_a_new_run_reuses_the_translations(data_dir, teacher, student, monkeypat
 
     monkeypatch.setattr(edgeformer.runtime, "Translator", boom)
     cfg = small(data_dir, student, teacher=str(teacher), teacher_beams=3, epochs=1)
-    train(cfg)
+    train(cfg, force=True)  # replaces the run in its folder: its caches are carried over
     assert "same teacher" in capsys.readouterr().out
 
 

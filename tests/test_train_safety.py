@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -114,7 +115,7 @@ def test_run_over_a_stale_lock_trains_and_unlocks(data_dir, tmp_path, capsys):
     (out / LOCK).write_text(f"{dead_pid()}\n")
     (out / ".last.killed").mkdir()  # what a killed save leaves behind
     cfg = small(data_dir, out, tie_embeddings=False, layer_norm_eps=1e-6)
-    train(cfg)
+    train(cfg, force=True)  # OUT holds what a killed run left: a new run replaces it
     assert "taking over the stale lock" in capsys.readouterr().out
     assert not (out / LOCK).exists() and not (out / ".last.killed").exists()
     saved = json.loads((out / "best/config.json").read_text())
@@ -250,3 +251,137 @@ def test_export_run_dir_exports_the_better_checkpoint(tmp_path, tokenizer_json, 
     lines = [x for x in err.splitlines() if "exporting" in x]
     assert len(lines) == 1 and "exporting averaged/" in lines[0] and "2.4000" in lines[0]
     assert (out / "config.json").is_file()
+
+
+# ------------------------------------------------------------- an existing OUT (issue 53)
+
+SMALL_FLAGS = [
+    "--vocab-size", "200", "--d-model", "16", "--n-heads", "2", "--n-encoder-layers", "1",
+    "--n-decoder-layers", "1", "--d-ff", "32", "--max-len", "64", "--batch-tokens", "600",
+    "--epochs", "1", "--warmup", "5", "--bleu-sentences", "0", "--samples", "1", "--quiet",
+    "--threads", "1",
+]  # fmt: skip
+
+
+def files_of(folder) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones too) and its bytes."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def a_run(data_dir, tmp_path_factory):
+    """A finished one-epoch run, to copy (each test gets its own)."""
+    out = tmp_path_factory.mktemp("a_run") / "run"
+    train(small(data_dir, out, seed=1))
+    return out
+
+
+@pytest.fixture
+def old_run(a_run, tmp_path):
+    out = tmp_path / "runs" / "old"
+    shutil.copytree(a_run, out)
+    return out
+
+
+def test_train_into_an_existing_run_refuses_and_touches_nothing(data_dir, old_run, capsys):
+    before = files_of(old_run)
+    args = ["train", "--data-dir", str(data_dir), "--out", str(old_run), *SMALL_FLAGS]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"{old_run} already holds a training run" in err
+    assert f"--resume {old_run / 'last'}" in err and "--out" in err and "--force" in err
+    assert files_of(old_run) == before
+    assert sorted(p.name for p in old_run.parent.iterdir()) == ["old"]  # nothing beside it
+
+
+def test_train_into_a_folder_of_other_files_refuses_even_with_force(data_dir, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    (mine / "best").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    (mine / "best/model.safetensors").write_bytes(b"not a checkpoint")
+    before = files_of(mine)
+    args = ["train", "--data-dir", str(data_dir), "--out", str(mine), *SMALL_FLAGS]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{mine} is not empty" in err and "--force" not in err
+    assert main([*args, "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--force replaces only a training run" in err
+    assert files_of(mine) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_force_replaces_a_run_only_once_the_new_one_has_a_checkpoint(
+    data_dir, old_run, monkeypatch
+):
+    before = files_of(old_run)
+    real_val_loss = trainer.translation_val_loss
+    seen = []
+
+    def interrupted(run, model, pairs):  # the first epoch's training is done: stop here
+        seen.append(files_of(old_run))  # what a kill at this moment would leave in OUT
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "translation_val_loss", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(small(data_dir, old_run, seed=2), force=True)
+    assert seen and {k: v for k, v in seen[0].items() if k != LOCK} == before
+    assert files_of(old_run) == before  # intact, and nothing left beside it
+    assert sorted(p.name for p in old_run.parent.iterdir()) == ["old"]
+    from edgeformer.export.cli import pick_checkpoint
+    from edgeformer.models.checkpoint import load_checkpoint
+
+    load_checkpoint(pick_checkpoint(str(old_run))[0])  # what `edgeformer export OLD` reads
+
+    monkeypatch.setattr(trainer, "translation_val_loss", real_val_loss)
+    train(small(data_dir, old_run, seed=2), force=True)
+    after = files_of(old_run)
+    assert after["last/model.safetensors"] != before["last/model.safetensors"]  # the new run
+    records = [json.loads(x) for x in after["log.jsonl"].decode().splitlines()]
+    assert [r["epoch"] for r in records if "epoch" in r] == [1]  # none of the old run's lines
+    assert LOCK not in after
+    assert sorted(p.name for p in old_run.parent.iterdir()) == ["old"]
+
+
+def test_force_takes_exported_packages_but_nothing_else(old_run):
+    from edgeformer.core.format import CONFIG_FILE, PACKAGE_FORMAT
+    from edgeformer.train.trainer import not_a_run
+
+    package = old_run / "package"  # `make demo` exports into its run folder
+    package.mkdir()
+    (package / "decoder.onnx").write_bytes(b"graph")
+    files = {"decoder.onnx": "sha256"}
+    (package / CONFIG_FILE).write_text(json.dumps({"format": PACKAGE_FORMAT, "files": files}))
+    (old_run / ".last.tmp-123-abc").mkdir()  # a killed save's folder
+    assert not_a_run(old_run) is None
+    (package / "notes.txt").write_text("mine")
+    assert not_a_run(old_run) == "package is not one of a training run's files"
+    (package / "notes.txt").unlink()
+    (old_run / "epochs/notes.txt").write_text("mine")
+    assert not_a_run(old_run) == "epochs/notes.txt is not one of a training run's files"
+
+
+def test_resume_or_force_never_writes_over_another_folder(data_dir, old_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(old_run, other)
+    before = files_of(other)
+    with pytest.raises(FileExistsError, match=f"continues the run in {old_run}, but --out"):
+        train(small(data_dir, other, resume=str(old_run / "last"), epochs=2))
+    teacher = str(other / "best")  # --force would delete the run's own input
+    with pytest.raises(FileExistsError, match=f"--force would replace {other}, which holds"):
+        train(small(data_dir, other, teacher=teacher), force=True)
+    assert files_of(other) == before
+
+
+def test_distilled_never_overwrites_what_no_distillation_made(data_dir, old_run, tmp_path):
+    mine = tmp_path / "mine"  # a user's data where --distilled would write
+    mine.mkdir()
+    (mine / "train.en").write_text("my own sentences\n")
+    teacher = str(old_run / "best")
+    with pytest.raises(FileExistsError, match="not a teacher's translations"):
+        train(small(data_dir, tmp_path / "new", teacher=teacher, distilled=str(mine)))
+    assert (mine / "train.en").read_text() == "my own sentences\n"
+    assert not (tmp_path / "new").exists()

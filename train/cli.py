@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument(
         "--beams", default="1,5", help="--evaluate: beam sizes, comma-separated (default: 1,5)"
     )
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace the training run in --out: the new run trains beside it and takes its "
+        "place once its first checkpoint is saved (default: refuse a --out that is not empty)",
+    )  # fmt: skip
     run = parser.add_argument_group(
         "the run (TrainConfig; default: the preset's value, `--list-presets` shows them)"
     )
@@ -119,5 +124,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from .trainer import train
 
-    train(config_from_args(args))
+    train(config_from_args(args), force=args.force)
     return 0

@@ -115,7 +115,9 @@ class TrainConfig:
     device: str = doc("cpu", "cpu, or cuda (bf16 autocast with --amp)", choices=DEVICES)
     threads: int = doc(0, "torch CPU threads (0: torch's default, all cores)")
     amp: bool = doc(True, "cuda: bf16 autocast")
-    out: str = doc("runs/train", "output folder", metavar="DIR")
+    out: str = doc(
+        "runs/train", "output folder: a new or empty one (--force replaces a run's)", metavar="DIR"
+    )
     resume: str | None = doc(
         None, "checkpoint folder to resume from, with its training state (e.g. OUT/last)",
         metavar="DIR",

@@ -135,6 +135,24 @@ def read_cached(folder: Path, key: dict, src: str, tgt: str) -> Distilled | None
     return Distilled(sources, targets, int(saved.get("dropped", 0)), 0.0)
 
 
+def check_distilled(folder: Path, src: str, tgt: str) -> None:
+    """Refuse a folder whose train.SRC / train.TGT the teacher's translations would overwrite
+    but that no distillation made (no key.json of one beside them): a user's own data, say."""
+    try:
+        key = json.loads((folder / KEY_FILE).read_text())
+    except (OSError, ValueError):
+        key = None
+    if isinstance(key, dict) and "sources_sha256" in key:
+        return  # a teacher's translations (of another teacher, maybe): the cache to replace
+    taken = [n for n in (f"train.{src}", f"train.{tgt}", KEY_FILE) if (folder / n).exists()]
+    if taken:
+        raise FileExistsError(
+            f"--distilled {folder} holds {', '.join(taken)}, which are not a teacher's "
+            "translations (no key.json of a distillation) and would be overwritten: give a new "
+            "or empty folder"
+        )
+
+
 def check_direction(package: Path, src: str, tgt: str) -> None:
     task = json.loads((package / CONFIG_FILE).read_text()).get("task", {})
     if task.get("kind") != "translation":
@@ -168,6 +186,7 @@ def distill(
     package = teacher_package(Path(cfg.teacher), out, say)
     check_direction(package, src, tgt)
     folder = Path(cfg.distilled) if cfg.distilled else out / DISTILLED
+    check_distilled(folder, src, tgt)
     key = distill_key(package, sources, beams, pick, refs)
     cached = read_cached(folder, key, src, tgt)
     if cached is not None:
