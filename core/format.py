@@ -12,6 +12,7 @@ A package is a folder (docs/package-format.md is the contract, with every key):
     weights.{variant}.data      ... and its weights
     golden.json                 PyTorch's greedy run on fixed inputs, for `edgeformer verify`
     generation_config.json      default decoding settings (Hugging Face's file)
+    tokenizer_config.json       decoder-only: chat template and special-token strings (HF's)
     genai_config.json           decoder-only: onnxruntime-genai's config for decoder.onnx
     (export --format ort: {graph}[.{variant}].ort instead of the .onnx graphs and weights
     files, each holding its weights, and required_operators.config)
@@ -65,6 +66,10 @@ TOKENIZER_FILE = "tokenizer.json"
 SOURCE_TOKENIZER_FILE = "source_tokenizer.json"  # optional (encoder-decoder packages)
 GOLDEN_FILE = "golden.json"  # PyTorch's greedy run on fixed inputs, for `edgeformer verify`
 GENERATION_CONFIG_FILE = "generation_config.json"  # default decoding settings (HF's file)
+# decoder-only packages: the tokenizer's Hugging Face config, with the chat template (when the
+# model has one) and the special tokens' strings (runtime.chat; transformers' and
+# onnxruntime-genai's tokenizers read it beside tokenizer.json)
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 GENAI_CONFIG_FILE = "genai_config.json"  # decoder-only packages: onnxruntime-genai's config
 # `export --format ort`: graphs in onnxruntime's ORT format ({graph}[.{variant}].ort, weights
 # inside each graph: no weights file), and the operator list a reduced onnxruntime build needs

@@ -28,6 +28,7 @@ from ..core.format import (
     GRAPH_FORMATS,
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
+    TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
     WEB_VARIANTS,
     attention_head_size,
@@ -36,7 +37,13 @@ from ..core.format import (
 )
 from ..core.generation_config import default_generation_config, generation_settings
 from ..core.schema import PackageConfig, SpecialTokens, VariantEntry
-from ..models.checkpoint import GENERATION_CONFIG, SOURCE_TOKENIZER, TOKENIZER, load_checkpoint
+from ..models.checkpoint import (
+    GENERATION_CONFIG,
+    SOURCE_TOKENIZER,
+    TOKENIZER,
+    TOKENIZER_CONFIG,
+    load_checkpoint,
+)
 from ..runtime.tokenizer import make_probe
 from .builder import OPSET, build_graphs
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
@@ -113,6 +120,33 @@ def check_target(checkpoint_dir: Path, out_dir: Path, force: bool) -> None:
             f"{out_dir} exists and --force replaces only an edgeformer package, whole: {why}; "
             "remove it yourself or choose another folder"
         )
+
+
+def write_tokenizer_config(folder: Path, checkpoint_dir: Path, cfg) -> None:
+    """tokenizer_config.json: the checkpoint's own (a converted model's chat template and
+    special-token strings; the template must compile: checked now, not at a user's first chat),
+    or the special tokens of the model's tokenizer, which is what onnxruntime-genai's and
+    transformers' tokenizers need beside tokenizer.json."""
+    from tokenizers import Tokenizer
+
+    from ..runtime.chat import ChatTemplateError, chat_template_of
+
+    own = checkpoint_dir / TOKENIZER_CONFIG
+    if own.is_file():
+        try:
+            data = json.loads(own.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            chat_template_of(data)
+        except (ValueError, ChatTemplateError) as e:
+            raise ValueError(f"{own}: {e}") from None
+        shutil.copyfile(own, folder / TOKENIZER_CONFIG_FILE)
+        return
+    tok = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+    ids = {"bos_token": cfg.bos_id, "eos_token": cfg.eos_id, "pad_token": cfg.pad_id}
+    data = {k: tok.id_to_token(i) for k, i in ids.items() if tok.id_to_token(i) is not None}
+    data |= {"clean_up_tokenization_spaces": False, "tokenizer_class": "PreTrainedTokenizerFast"}
+    (folder / TOKENIZER_CONFIG_FILE).write_text(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def write_run_configs(folder: Path, checkpoint_dir: Path, config: PackageConfig) -> None:
@@ -205,6 +239,8 @@ def write_package(
     if (checkpoint_dir / SOURCE_TOKENIZER).is_file():  # sources with their own (Marian)
         shutil.copyfile(checkpoint_dir / SOURCE_TOKENIZER, tmp / SOURCE_TOKENIZER_FILE)
         tokenizers.append(SOURCE_TOKENIZER_FILE)
+    if cfg.family == "decoder-only":
+        write_tokenizer_config(tmp, checkpoint_dir, cfg)
     entries: dict[str, VariantEntry] = {}
     hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
     # the sizes load checks config.json against, and the head size the graphs' attention and
@@ -243,7 +279,7 @@ def write_package(
     (tmp / GOLDEN_FILE).write_text(json.dumps(golden.to_json()))
     listed = [*tokenizers, GOLDEN_FILE, GENERATION_CONFIG_FILE]
     if cfg.family == "decoder-only":
-        listed.append(GENAI_CONFIG_FILE)
+        listed += [GENAI_CONFIG_FILE, TOKENIZER_CONFIG_FILE]
     for entry in entries.values():
         listed += entry.file_names
     config = PackageConfig(

@@ -7,6 +7,8 @@
   (a converted Marian model: source.spm and target.spm); absent, sources use tokenizer.json
 - `generation_config.json` (optional): default decoding settings, Hugging Face's file (a
   converted model keeps its own); export copies it into the package
+- `tokenizer_config.json` (optional): a converted model's chat template and special-token
+  strings (Hugging Face's file, the keys runtime.chat reads); export copies it
 - `train_state.*`: optimizer / scheduler state for resuming (written by edgeformer.train)
 """
 
@@ -30,6 +32,7 @@ CHECKPOINT_FORMAT = "edgeformer-checkpoint"
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 SOURCE_TOKENIZER = "source_tokenizer.json"  # optional
 GENERATION_CONFIG = "generation_config.json"  # optional: default decoding settings (HF's file)
+TOKENIZER_CONFIG = "tokenizer_config.json"  # optional: chat template, special-token strings
 
 
 def save_checkpoint(

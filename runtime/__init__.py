@@ -1,4 +1,5 @@
-"""The edge runtime: runs a model package with numpy, onnxruntime and tokenizers only."""
+"""The edge runtime: runs a model package with numpy, onnxruntime and tokenizers only (and
+jinja2 for chat templates)."""
 
 from ..core.decoding import GenerationOptions
 from ..core.schema import PackageError
@@ -10,6 +11,7 @@ from .api import (
     TranslationResult,
     Translator,
 )
+from .chat import ChatTemplateError
 from .package import load_package
 
 __all__ = [
@@ -22,4 +24,5 @@ __all__ = [
     "TextHypothesis",
     "load_package",
     "PackageError",
+    "ChatTemplateError",
 ]

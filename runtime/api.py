@@ -52,6 +52,7 @@ from .batching import (
     translate_file,
     translate_stream,
 )
+from .chat import ChatTemplateError
 from .model import Model, WarnOnce, pad
 from .results import GenerationResult, ScoringResult, TextHypothesis, TranslationResult
 from .session import Providers, SessionSettings
@@ -573,7 +574,7 @@ class Generator(_Loaded):
         problem = text_problem(text)
         if problem:
             raise ValueError(problem)
-        ids = (self.model.encode(text) if text.strip() else []) or [self.model.bos_id]
+        ids = (self.model.encode_prompt(text) if text.strip() else []) or [self.model.bos_id]
         limit = min(max_input_length or self.max_len, self.max_len)
         if truncate:
             return ids[-limit:]
@@ -613,7 +614,13 @@ class Generator(_Loaded):
     ) -> list[GenerationResult]:
         """The one path of the text API: a GenerationResult per prompt. `opts`: the package's
         defaults under the caller's options (Model.options)."""
-        ids = self._prompts(prompts, truncate, opts.max_input_length)
+        return self._results_of(self._prompts(prompts, truncate, opts.max_input_length), opts,
+                                scores)  # fmt: skip
+
+    def _results_of(
+        self, ids: list[list[int]], opts: GenerationOptions, scores: bool
+    ) -> list[GenerationResult]:
+        """A GenerationResult per prompt of ids."""
         if not ids:
             return []
         stops = list(opts.stop)
@@ -649,10 +656,13 @@ class Generator(_Loaded):
         """Text pieces as they are produced; their concatenation equals generate()'s output.
         With `stop` strings, text that may begin one is held back until it cannot."""
         opts = self.model.options(**options)
+        yield from self._stream_of(self._prompts([prompt], truncate, opts.max_input_length), opts)
+
+    def _stream_of(self, ids: list[list[int]], opts: GenerationOptions) -> Iterator[str]:
+        """stream() of one prompt's ids."""
         if _whole_only(opts):  # beam search (or alternatives) knows its output only at the end
-            yield self._results([prompt], truncate, opts, _needs_results(opts))[0].text
+            yield self._results_of(ids, opts, _needs_results(opts))[0].text
             return
-        ids = self._prompts([prompt], truncate, opts.max_input_length)
         stepper, first, opts = self._start(ids, opts)
         stops = list(opts.stop)
         stop = stop_test(self.model.decode, stops, ids, [0]) if stops else None
@@ -684,6 +694,53 @@ class Generator(_Loaded):
         piece, _ = emit(text.flush(), True)
         if piece:
             yield piece
+
+    # ---- chat ----------------------------------------------------------------------------
+
+    def chat_prompt(
+        self, messages: list[dict], add_generation_prompt: bool = True,
+        chat_template_kwargs: dict | None = None,
+    ) -> str:  # fmt: skip
+        """The prompt text of a conversation: the model's chat template rendered as
+        transformers' apply_chat_template(messages, add_generation_prompt=True) renders it.
+        chat_template_kwargs: further template variables (enable_thinking=False, say)."""
+        template = self.model.chat_template
+        if template is None:
+            raise ChatTemplateError(
+                f"model package {self.model.package.path.name} has no chat template (its "
+                "tokenizer_config.json has no chat_template): use generate() with a prompt"
+            )
+        return template.render(messages, add_generation_prompt, **(chat_template_kwargs or {}))
+
+    def chat_ids(self, messages: list[dict], chat_template_kwargs: dict | None = None) -> list[int]:
+        """The prompt ids of a conversation (the template writes the special tokens: none are
+        added, as transformers' apply_chat_template(tokenize=True)). ValueError when they do
+        not fit the model's positions."""
+        ids = self.model.encode(self.chat_prompt(messages, True, chat_template_kwargs))
+        if not 0 < len(ids) <= self.max_len:
+            raise ValueError(
+                f"the conversation's prompt is {len(ids)} tokens; the model takes 1 .. "
+                f"{self.max_len} (drop earlier turns)"
+            )
+        return ids
+
+    def chat(
+        self, messages: list[dict], chat_template_kwargs: dict | None = None, **options
+    ) -> str:
+        """The assistant's reply to a conversation ([{"role": "system" | "user" | "assistant",
+        "content": ...}, ...]): generated after the chat template's prompt, ending at any of the
+        model's EOS ids (generation_config.json's list: the end-of-turn token of instruct
+        models) or a `stop` string. Options: GenerationOptions, as generate()."""
+        opts = self.model.options(**options)
+        ids = [self.chat_ids(messages, chat_template_kwargs)]
+        return self._results_of(ids, opts, _needs_results(opts))[0].text
+
+    def chat_stream(
+        self, messages: list[dict], chat_template_kwargs: dict | None = None, **options
+    ) -> Iterator[str]:
+        """chat() as text pieces while they are produced (stream())."""
+        opts = self.model.options(**options)
+        yield from self._stream_of([self.chat_ids(messages, chat_template_kwargs)], opts)
 
     # ---- scoring -------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """edgeformer: train a Transformer in PyTorch, export it as an ONNX model package, run it anywhere.
 
 Subcommands live beside the code they drive and are imported only when chosen, so that the
-runtime's commands (translate, generate, score, info, verify) work on an install without torch;
-the others name the extra they need instead of failing with a traceback.
+runtime's commands (translate, generate, chat, score, info, verify) work on an install without
+torch; the others name the extra they need instead of failing with a traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ COMMANDS = {
     "convert": ("edgeformer.export.convert_cli", "convert a Hugging Face model to a checkpoint"),
     "translate": ("edgeformer.runtime.commands", "translate text with an encoder-decoder package"),
     "generate": ("edgeformer.runtime.commands", "generate text with a decoder-only package"),
+    "chat": ("edgeformer.runtime.chat_cli", "chat with an instruct model (its chat template)"),
     "score": ("edgeformer.runtime.commands", "log-probabilities of given texts under a package"),
     "info": ("edgeformer.runtime.commands", "describe a model package: model, variants, graphs"),
     "verify": ("edgeformer.runtime.verify", "check a package on this machine against PyTorch"),
@@ -40,6 +41,7 @@ NEEDS = {
     "bench": (("torch", "safetensors", "onnx", "onnxruntime"), "train,bench"),
     "translate": (("onnxruntime",), "cpu"),
     "generate": (("onnxruntime",), "cpu"),
+    "chat": (("onnxruntime", "jinja2"), "cpu"),
     "score": (("onnxruntime",), "cpu"),
     "info": (("onnxruntime",), "cpu"),
     "verify": (("onnxruntime",), "cpu"),

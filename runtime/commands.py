@@ -177,7 +177,7 @@ def refuse_file_argument(args: argparse.Namespace) -> None:
         )
 
 
-def _stdin_lines() -> Iterator[Line]:
+def stdin_lines() -> Iterator[Line]:
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:  # a text stream (tests, embedding): lines are already decoded
         for n, line in enumerate(sys.stdin, 1):
@@ -210,7 +210,7 @@ def input_lines(args: argparse.Namespace) -> Iterator[Line]:
         with open(args.input, "rb") as f:
             yield from _byte_lines(f)
         return
-    yield from _stdin_lines()
+    yield from stdin_lines()
 
 
 def interactive(args: argparse.Namespace) -> bool:

@@ -9,6 +9,7 @@ texts and token strings as ids, and max_new_tokens fitted to the model's positio
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import threading
@@ -29,6 +30,7 @@ from ..core.format import (
 )
 from ..core.schema import PackageError
 from ..core.variants import pick_variant
+from .chat import ChatTemplate, ChatTemplateError, chat_template_of
 from .package import Package, load_package
 from .session import PROVIDERS, SessionSettings
 from .steppers import Graph
@@ -246,6 +248,20 @@ class Model:
     def options(self, **options) -> GenerationOptions:
         """Keyword options on top of the package's defaults (make_options)."""
         return make_options(self.defaults, **options)
+
+    @functools.cached_property
+    def chat_template(self) -> ChatTemplate | None:
+        """The model's chat template (tokenizer_config.json), compiled at first use; None for
+        a package without one."""
+        try:
+            return chat_template_of(self.package.tokenizer_config())
+        except ChatTemplateError as e:
+            raise PackageError(f"model package {self.package.path}: {e}") from None
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A language model's prompt ids as its tokenizer makes them, special tokens included
+        (a converted Llama's BOS: its tokenizer.json's post-processor; transformers' default)."""
+        return self.tokenizer.encode(text, add_special_tokens=True).ids
 
     def encode(self, text: str) -> list[int]:
         """Target-side ids (LM prompts, target prefixes, suppress_sequences, targets)."""

@@ -18,6 +18,7 @@ from ..core.format import (
     GENERATION_CONFIG_FILE,
     GOLDEN_FILE,
     SOURCE_TOKENIZER_FILE,
+    TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
 )
 from ..core.generation_config import generation_settings, ignored_fields
@@ -63,6 +64,16 @@ class Package:
         where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
         data = read_json(self.path / GENERATION_CONFIG_FILE, where)
         return generation_settings(data, self.config, where), ignored_fields(data, self.config)
+
+    def tokenizer_config(self) -> dict:
+        """tokenizer_config.json ({} for a package without one: encoder-decoders, older LMs)."""
+        if TOKENIZER_CONFIG_FILE not in self.config.files:
+            return {}
+        where = f"model package {self.path}: {TOKENIZER_CONFIG_FILE}"
+        data = read_json(self.path / TOKENIZER_CONFIG_FILE, where)
+        if not isinstance(data, dict):
+            raise PackageError(f"{where} is not a JSON object")
+        return data
 
     def probes(self) -> list[dict]:
         """Export's tokenizer probes (golden.json; [] for packages exported before them)."""

@@ -131,3 +131,16 @@ def ed_package(tmp_path_factory, ed_checkpoint):
 def lm_package(tmp_path_factory, lm_checkpoint):
     """The decoder-only checkpoint exported once per session, with every variant."""
     return export(lm_checkpoint, tmp_path_factory, "lm", VARIANTS)
+
+
+def tiny_llama(folder, vocab: int, bos: int, eos: int):
+    """A random-weight LlamaForCausalLM of 2 small layers saved in `folder` (transformers)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        bos_token_id=bos, eos_token_id=eos,
+    )  # fmt: skip
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ...core.config import ModelConfig
-from ..checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, save_checkpoint
+from ..checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, TOKENIZER_CONFIG, save_checkpoint
 from ..transformer import build_model
 from .loaders import Loader, WeightReader, Weights, loader_for
 
@@ -128,14 +128,63 @@ def generation_config(src: Path, cfg: ModelConfig, end_ids: list[int]) -> dict |
     return {"bos_token_id": cfg.bos_id, "eos_token_id": end_ids, "pad_token_id": cfg.pad_id}
 
 
-def _run_configs(src: Path, written: dict | None) -> Callable[[Path], None]:
-    """Write the model's generation_config.json (default decoding settings) into the folder."""
+# what the checkpoint keeps of the folder's tokenizer_config.json: the chat template, the
+# special tokens' strings it may name, and what transformers / genai read to load tokenizer.json
+TOKENIZER_CONFIG_KEYS = (
+    "chat_template", "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+    "mask_token", "clean_up_tokenization_spaces", "model_max_length",
+)  # fmt: skip
+CHAT_TEMPLATE_FILE, CHAT_TEMPLATE_JSON = "chat_template.jinja", "chat_template.json"
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return data
+
+
+def tokenizer_config(src: Path) -> dict | None:
+    """The checkpoint's tokenizer_config.json: the keys of TOKENIZER_CONFIG_KEYS from the
+    folder's tokenizer_config.json (and special_tokens_map.json, which older folders keep the
+    special tokens in), the chat template as transformers loads it (chat_template.jinja wins
+    over the config's entry; a list of named templates gives its "default"); None when the
+    folder has none of these."""
+    config: dict = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if (src / name).is_file():
+            config |= _json_object(src / name)
+    if (src / CHAT_TEMPLATE_JSON).is_file():
+        config["chat_template"] = _json_object(src / CHAT_TEMPLATE_JSON).get("chat_template")
+    if (src / CHAT_TEMPLATE_FILE).is_file():
+        config["chat_template"] = (src / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    kept = {k: config[k] for k in TOKENIZER_CONFIG_KEYS if config.get(k) is not None}
+    template = kept.get("chat_template")
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use"}]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        kept["chat_template"] = named.get("default")
+    if "chat_template" in kept and not isinstance(kept["chat_template"], str):
+        raise ValueError(f"{src}: the chat template is not a string (or has no default)")
+    if not kept:
+        return None
+    return kept | {"tokenizer_class": "PreTrainedTokenizerFast"}
+
+
+def _run_configs(src: Path, written: dict | None, tokenizer: dict | None) -> Callable[[Path], None]:
+    """Write the model's generation_config.json (default decoding settings) and its
+    tokenizer_config.json (chat template, special-token strings) into the folder."""
 
     def write(folder: Path) -> None:
         if (src / GENERATION_CONFIG).is_file():
             shutil.copyfile(src / GENERATION_CONFIG, folder / GENERATION_CONFIG)
         elif written is not None:
             (folder / GENERATION_CONFIG).write_text(json.dumps(written, indent=2))
+        if tokenizer is not None:
+            text = json.dumps(tokenizer, indent=2, ensure_ascii=False)
+            (folder / TOKENIZER_CONFIG).write_text(text, encoding="utf-8")
 
     return write
 
@@ -171,9 +220,10 @@ def convert_hf(
         kind = "translation" if cfg.family == "encoder-decoder" else "lm"
         meta = {"task": {"kind": kind}, "source": {"format": "huggingface", "architecture": arch}}
         written = generation_config(src, cfg, end_ids)
+        tok_config = tokenizer_config(src) if cfg.family == "decoder-only" else None
         with torch.no_grad():
             path = save_checkpoint(
-                out, model.eval(), tokenizer, meta, extra=_run_configs(src, written),
+                out, model.eval(), tokenizer, meta, extra=_run_configs(src, written, tok_config),
                 source_tokenizer_json=source_tokenizer,
             )  # fmt: skip
     if verbose:
