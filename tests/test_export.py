@@ -123,6 +123,7 @@ def test_config_json_and_checksums(family, tokenizer_json):
     listed = {"tokenizer.json", "golden.json", "generation_config.json"}
     if cfg.family == "decoder-only":
         listed.add("genai_config.json")  # onnxruntime-genai can run the LM's decoder graph
+        listed.add("tokenizer_config.json")  # special tokens (and a chat template): runtime.chat
     generation = json.loads((pkg / "generation_config.json").read_text())
     start = {"decoder_start_token_id": 1} if cfg.family == "encoder-decoder" else {}
     ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0} | start

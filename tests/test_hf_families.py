@@ -28,6 +28,7 @@ from edgeformer.export.verify import compare  # noqa: E402
 from edgeformer.models.checkpoint import load_checkpoint  # noqa: E402
 from edgeformer.models.hf import LOADERS, convert_hf, hf_model_config  # noqa: E402
 from edgeformer.runtime.api import Generator  # noqa: E402
+from edgeformer.runtime.commands import package_info  # noqa: E402
 from edgeformer.runtime.package import load_package  # noqa: E402
 
 VOCAB = 300
@@ -193,6 +194,7 @@ def test_config_names_the_family(family):
     assert arch == FAMILIES[name][0] and load_checkpoint(ckpt)[0].cfg == cfg
     config = json.loads((pkg / "config.json").read_text())
     assert config["source"] == {"format": "huggingface", "architecture": arch}
+    assert f"source       huggingface {arch}" in package_info(str(pkg))  # edgeformer info
     added = {
         "qwen2": lambda: (
             cfg.qkv_bias and cfg.layer_types == ["full_attention", "sliding_attention"]
