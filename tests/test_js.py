@@ -256,3 +256,39 @@ def test_js_in_a_browser_page(node, ed_package, tmp_path):
     want = Translator(ed_package, variant="fp32").translate_batch(TEXTS, max_new_tokens=8)
     assert result["backend"] == "wasm"
     assert [line["text"] for line in result["lines"]] == want
+
+
+def test_js_runs_the_converted_families(node, tmp_path_factory):
+    """Packages of Hugging Face families whose graphs use what they add (Qwen3's q/k norm and
+    own head_dim, Gemma 2's soft caps, sandwich norms and windows, Phi-3's LongRoPE and partial
+    rotary): the JS runtime's greedy ids are the Python runtime's, on node and wasm; and a text
+    prompt gets the special tokens its tokenizer adds (a Llama's <s>), as in Python."""
+    from conftest import tiny_llama
+    from test_chat import chat_tokenizer
+    from test_hf_families import build_hf
+
+    from edgeformer.export import export_package
+    from edgeformer.models.hf import convert_hf
+
+    cases, prompts = [], [list(range(5, 25)), list(range(40, 49))]
+    for name in ("qwen3", "gemma2", "phi3"):
+        root = tmp_path_factory.mktemp(name)
+        build_hf(name, root / "hf")
+        pkg = export_package(convert_hf(root / "hf", root / "ckpt"), root / "pkg", verbose=False)
+        for backend in ("node", "wasm"):
+            cases.append(dict(package=str(pkg), backend=backend, variant="fp32", cache="auto",
+                              inputs=prompts, max_new_tokens=MAX_NEW))  # fmt: skip
+    for case in run_js(node, cases):
+        want = python_greedy(Path(case["package"]), "decoder-only", "fp32", prompts)
+        assert case["ids"] == [tokens for tokens, _ in want], case["package"]
+    root = tmp_path_factory.mktemp("llama-bos")
+    tok = chat_tokenizer(root / "hf", None, bos_post_processor=True)
+    tiny_llama(root / "hf", len(tok), bos=tok.bos_token_id, eos=tok.eos_token_id)
+    pkg = export_package(convert_hf(root / "hf", root / "ckpt"), root / "pkg", verbose=False)
+    run = cli(node, str(pkg), "--max-new-tokens", str(MAX_NEW), "hello there two")
+    assert run.returncode == 0, run.stderr
+    g = Generator(pkg, threads=1)
+    prompt = g.prompt_ids("hello there two")
+    assert prompt[0] == tok.bos_token_id
+    opts = g.model.options(max_new_tokens=MAX_NEW)
+    assert json.loads(run.stdout)["ids"] == g.generate_ids([prompt], opts)[0]

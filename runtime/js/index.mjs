@@ -36,6 +36,7 @@ const OUR_NAMES = {
   decoder_layers: "n_decoder_layers",
   max_position_embeddings: "max_len",
   vocab_size: "vocab_size",
+  head_dim: "d_head", // written only when not hidden_size / num_attention_heads (Qwen3, Gemma)
 };
 // core/variants.py: variant "auto" = the fastest variant export measured within these bounds
 const MAX_QUALITY_LOSS = 0.05;
@@ -146,7 +147,7 @@ function checkConfig(cfg, where) {
     }
   }
   m.kv_heads = m.n_kv_heads ?? m.n_heads;
-  m.head_dim = m.d_model / m.n_heads;
+  m.head_dim = m.d_head ?? m.d_model / m.n_heads;
   m.cache_head_size = m.head_dim; // the graphs' (zero-padded) head size, read from the decoder
   return m;
 }
@@ -423,10 +424,12 @@ export class Model {
 
   // ---- text --------------------------------------------------------------------------------
 
-  /** Text -> ids (no special tokens), as the Python `tokenizers` library encodes it. */
-  encode(text, tokenizer = this.tokenizer) {
+  /** Text -> ids, as the Python `tokenizers` library encodes it: no special tokens, or with
+   * those the tokenizer adds (an LM's prompt: a converted Llama's <s>, as the Python runtime). */
+  encode(text, tokenizer = this.tokenizer, addSpecialTokens = false) {
     this.checkTokenizer();
-    return text.trim() ? tokenizer.encode(text, { add_special_tokens: false }).ids : [];
+    if (!text.trim()) return [];
+    return tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids;
   }
 
   /** Ids -> text (special tokens skipped; no clean-up of spaces: the Python library's decode). */
@@ -455,7 +458,7 @@ export class Model {
     const inputs = texts.map((t) => {
       if (typeof t !== "string") throw new Error(`texts must be strings (got ${typeof t})`);
       if (ed) return t.trim() ? [...this.encode(t, this.sourceTokenizer), this.eosId] : null;
-      const ids = this.encode(t);
+      const ids = this.encode(t, this.tokenizer, true);
       return ids.length ? ids : [this.bosId];
     });
     // an empty source translates to "" (as in the Python runtime): only the others are decoded
