@@ -112,6 +112,9 @@ HF_NAMES = {
     "attn_softcap": "attn_logit_softcapping",
     "logit_softcap": "final_logit_softcapping",
     "attention_window": "sliding_window",
+    "relative_buckets": "relative_attention_num_buckets",
+    "relative_max_distance": "relative_attention_max_distance",
+    "embedding_norm": "layernorm_embedding",
 }
 OUR_NAMES = {hf: ours for ours, hf in HF_NAMES.items()}
 
@@ -133,6 +136,11 @@ OMITTED_AT_DEFAULT: dict[str, object] = {
     "attention_scale": None,
     "attn_softcap": None,
     "logit_softcap": None,
+    "relative_buckets": None,
+    "relative_max_distance": None,
+    "embedding_norm": False,
+    "separate_positions": False,
+    "head_scale": None,
 }
 
 

@@ -75,6 +75,16 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     add_flags(d, GenerationOptions, command)
     if command == "translate":
         d.add_argument(
+            "--source-lang", metavar="CODE",
+            help="a multilingual model's source language, as its tokenizer names it (e.g. "
+            "eng_Latn, en_XX; `edgeformer info` lists them) (default: the model's own)",
+        )  # fmt: skip
+        d.add_argument(
+            "--target-lang", metavar="CODE",
+            help="a multilingual model's target language (e.g. deu_Latn, de_DE) (default: the "
+            "model's forced one, if any)",
+        )  # fmt: skip
+        d.add_argument(
             "--target-prefix", metavar="TEXT",
             help="force every translation to start with TEXT, scored and included in the output "
             "(default: none)",
@@ -303,6 +313,9 @@ class BadLines:
 
 def run_translate(args: argparse.Namespace, model: Translator, options: dict) -> int:
     effective = model.model.options(**options)
+    langs = {"source_lang": args.source_lang, "target_lang": args.target_lang}
+    model.check_languages(**langs)  # an unknown code: one error before any input is read
+    options = options | langs
     bad = BadLines("translate", model, args.truncate, effective.max_input_length)
     live = interactive(args)
     with output(args) as out:
@@ -405,12 +418,15 @@ def package_info(path: str) -> str:
         f"{m.n_encoder_layers}+{m.n_decoder_layers}" if c.family == "encoder-decoder"
         else str(m.n_decoder_layers)
     )  # fmt: skip
-    task = ", ".join(f"{k} {v}" for k, v in c.task.items()) or "-"
+    listed = ("languages", "source_prefix", "source_suffix")
+    task = ", ".join(f"{k} {v}" for k, v in c.task.items() if k not in listed) or "-"
+    codes = list(c.task.get("languages") or {})
     source = " ".join(c.source.get(k, "") for k in ("format", "architecture")).strip()
     lines = [
         f"package      {pkg.path} (format {c.format_version}, checksums verified)",
         f"family       {c.family}; task: {task}",
         *([f"source       {source}"] if source else []),
+        *([f"languages    {len(codes)}: {' '.join(codes)}"] if codes else []),
         f"model        d_model {m.d_model}, {layers} layers, {m.n_heads} heads, "
         f"vocab {m.vocab_size}, max_len {m.max_len}, {m.norm}-LN, {m.positional}",
         f"onnxruntime  needs >= {c.min_onnxruntime}; here {ort.__version__}, providers "

@@ -28,6 +28,7 @@ from ..core.format import (
     graph_metadata,
     graph_names,
 )
+from ..core.languages import TranslationTask
 from ..core.schema import PackageError
 from ..core.variants import pick_variant
 from .chat import ChatTemplate, ChatTemplateError, chat_template_of
@@ -207,6 +208,10 @@ class Model:
         source = pkg.source_tokenizer
         own = source.name != TOKENIZER_FILE
         self.source_tokenizer = load_tokenizer(source, vocab, where) if own else self.tokenizer
+        # a translator's source frame and languages (config.json's task), and the token its
+        # generation config forces first (forced_bos_token_id: BART's <s>)
+        self.translation = TranslationTask.from_task(self.config.task, self.eos_id, vocab, where)
+        self.forced_first = pkg.forced_first_token() if family == "encoder-decoder" else None
         tokenizers = {TOKENIZER_FILE: self.tokenizer, source.name: self.source_tokenizer}
         for probe in pkg.probes():  # export's: each tokenizer encodes as it did then
             if probe["file"] in tokenizers:

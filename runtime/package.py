@@ -21,7 +21,7 @@ from ..core.format import (
     TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
 )
-from ..core.generation_config import generation_settings, ignored_fields
+from ..core.generation_config import forced_first_token, generation_settings, ignored_fields
 from ..core.schema import Golden, PackageConfig, PackageError, VariantEntry
 
 __all__ = ["Package", "PackageError", "load_package"]
@@ -64,6 +64,14 @@ class Package:
         where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
         data = read_json(self.path / GENERATION_CONFIG_FILE, where)
         return generation_settings(data, self.config, where), ignored_fields(data, self.config)
+
+    def forced_first_token(self) -> int | None:
+        """generation_config.json's forced_bos_token_id (None: none, or no file)."""
+        if GENERATION_CONFIG_FILE not in self.config.files:
+            return None
+        where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
+        return forced_first_token(read_json(self.path / GENERATION_CONFIG_FILE, where),
+                                  self.config, where)  # fmt: skip
 
     def tokenizer_config(self) -> dict:
         """tokenizer_config.json ({} for a package without one: encoder-decoders, older LMs)."""

@@ -218,7 +218,8 @@ def convert_hf(
         except RuntimeError as e:  # shapes that config.json does not explain
             raise ValueError(f"{src}: weights do not match config.json ({e})") from None
         kind = "translation" if cfg.family == "encoder-decoder" else "lm"
-        meta = {"task": {"kind": kind}, "source": {"format": "huggingface", "architecture": arch}}
+        task = {"kind": kind, **loader.task(src, source_tokenizer or tokenizer, cfg)}
+        meta = {"task": task, "source": {"format": "huggingface", "architecture": arch}}
         written = generation_config(src, cfg, end_ids)
         tok_config = tokenizer_config(src) if cfg.family == "decoder-only" else None
         with torch.no_grad():
