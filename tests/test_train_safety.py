@@ -253,6 +253,31 @@ def test_export_run_dir_exports_the_better_checkpoint(tmp_path, tokenizer_json, 
     assert (out / "config.json").is_file()
 
 
+def test_the_library_exports_a_run_folder_too(tmp_path, tokenizer_json):
+    """export_package takes a run folder as the command does, and says which checkpoint on
+    the `edgeformer` logger."""
+    import logging
+
+    from edgeformer.export import export_package
+
+    run = fake_run(tmp_path, tokenizer_json, best_loss=2.3, averaged_loss=2.4)
+    said: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = said.append  # type: ignore[method-assign]
+    logger, level = logging.getLogger("edgeformer"), logging.getLogger("edgeformer").level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        out = export_package(run, tmp_path / "pkg", verbose=False)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [r.getMessage() for r in said if "exporting" in r.getMessage()] == [
+        f"training run {run}: exporting best/ (lower val loss: best/ 2.3000, averaged/ 2.4000)"
+    ]
+    assert (out / "config.json").is_file()
+
+
 # ------------------------------------------------------------- an existing OUT (issue 53)
 
 SMALL_FLAGS = [
