@@ -85,9 +85,10 @@ class DecoderOnlyStepper:
             self.cache = [(k[idx], v[idx]) for k, v in self.cache]
 
 
-def never(cfg) -> tuple[int, int]:
-    """Token ids no decoding ever chooses: padding and BOS (as the runtime's)."""
-    return (cfg.pad_id, cfg.bos_id)
+def never(cfg) -> tuple[int, ...]:
+    """Token ids no decoding ever chooses: padding and BOS, unless one is the EOS too (as the
+    runtime's banned_ids: GPT-2's one <|endoftext|> still ends an output)."""
+    return tuple(i for i in dict.fromkeys((cfg.pad_id, cfg.bos_id)) if i != cfg.eos_id)
 
 
 @torch.no_grad()

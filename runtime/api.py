@@ -94,7 +94,11 @@ class _Loaded:
         self.variant, self.variant_reason = m.variant, m.variant_reason
         self.provider, self.max_len = m.provider, m.max_len
         self._warn = WarnOnce()
-        self.banned_ids = (m.pad_id, m.bos_id)  # never chosen by the text API
+        # never chosen by the text API: padding and BOS, unless one is also a token that ends
+        # the output (GPT-2's one <|endoftext|>; an instruct model without a pad token, whose
+        # padding is its EOS: banning it would never end a reply)
+        ends = {m.eos_id, *(t for t in m.defaults.end_token if isinstance(t, int))}
+        self.banned_ids = tuple(i for i in dict.fromkeys((m.pad_id, m.bos_id)) if i not in ends)
 
     @staticmethod
     def _decode(

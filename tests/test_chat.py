@@ -189,6 +189,16 @@ def test_chat_equals_transformers(instruct):
         CONVERSATIONS[1], max_new_tokens=12)  # fmt: skip
 
 
+def test_a_reply_can_end_at_an_eos_that_is_also_the_padding(instruct):
+    """A model without a pad token pads with its EOS (<|im_end|> here): the text API still
+    lets it end a reply there (it bans padding and BOS only where they end nothing)."""
+    hf, hf_tok, _, pkg = instruct
+    gen = Generator(pkg)
+    im_end = hf_tok.convert_tokens_to_ids("<|im_end|>")
+    assert gen.model.pad_id == im_end and im_end not in gen.banned_ids
+    assert hf.generation_config.eos_token_id[1] not in gen.banned_ids
+
+
 def test_cli_chat_keeps_the_history(instruct, monkeypatch, capsys):
     """`edgeformer chat PKG --system S` reads a user message per line until the end of input,
     each reply following the whole conversation so far."""
