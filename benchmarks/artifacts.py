@@ -134,7 +134,7 @@ def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...
 
         with warnings.catch_warnings(), _quiet():
             warnings.simplefilter("ignore")
-            export_package(ckpt, out, variants=tuple(variants), force=True, verbose=False)
+            export_package(ckpt, out, tuple(variants), force=True, verbose=False, verify=False)
 
     key = {**key, "variants": list(variants), "format": FORMAT_VERSION, "recipes": recipes}
     return _cached(path, {**key, "exporter": exporter_digest()}, build)

@@ -1,5 +1,5 @@
 """What the loss costs a student's training step: cross-entropy alone, and with word-level
-distillation from a teacher run per batch or from its cached top K (train/trainer.py).
+distillation from a teacher run per batch or from its cached top K (train/teacher.py).
 
     python -m edgeformer.benchmarks.loss_cost --teacher RUN/averaged [--batches 30] [--rounds 2]
 
@@ -33,19 +33,14 @@ from edgeformer.core.data import load_multi30k
 from edgeformer.models import ModelConfig, build_model
 from edgeformer.models.batch import collate, make_pairs
 from edgeformer.models.checkpoint import load_checkpoint
+from edgeformer.train.batches import pair_lengths, token_batches
 from edgeformer.train.config import TrainConfig
 from edgeformer.train.distill import shrunk_config, shrunk_weights
+from edgeformer.train.loss import smoothed_loss
+from edgeformer.train.run_folder import Run
+from edgeformer.train.state import make_optimizer, optimize
+from edgeformer.train.teacher import TeacherTopK, teacher_topk
 from edgeformer.train.tokenizer import encode, load_tokenizer
-from edgeformer.train.trainer import (
-    Run,
-    TeacherTopK,
-    make_optimizer,
-    optimize,
-    pair_lengths,
-    smoothed_loss,
-    teacher_topk,
-    token_batches,
-)
 
 Loss = Callable[[torch.Tensor, list[int], torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -46,7 +46,8 @@ import torch
 from ..core.data import data_root
 from ..models.transformer import build_model
 from ..train.config import preset
-from ..train.trainer import lm_update, make_optimizer
+from ..train.state import make_optimizer
+from ..train.trainer import lm_update
 
 NANOGPT_TARGET = 1.874  # nanoGPT's CPU config, final val loss on this project's machine
 # nanoGPT's README CPU command (train.py config/train_shakespeare_char.py + these)

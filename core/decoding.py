@@ -17,11 +17,14 @@ as they are and scored by the model's distribution), alternatives (CTranslate2's
 return_alternatives: num_hypotheses continuations, one per top-k token at the first position
 after the prefix), several samples per input (num_hypotheses with sampling), end tokens, banned
 token sequences, no_repeat_ngram_size, and a stop test (the text API's stop strings).
+
+The options are core.options' (GenerationOptions; PreparedOptions, checked against the model
+once per request by prepare_options); what is applied to each step's logits is
+core.constraints'. Both are importable from here.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +33,32 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from .flags import doc
+from .constraints import (
+    ALL_BANNED,
+    _check_finite,
+    _check_model,
+    _Forcing,
+    _Penalties,
+    _ranked,
+    end_ids,
+    filter_logits,
+    log_softmax,
+)
+from .options import (
+    LM,
+    MAX_BEAMS,
+    GenerationOptions,
+    PreparedOptions,
+    _new_tokens,
+    as_prepared,
+    prepare_options,
+)
+
+__all__ = [  # the options are core.options'; imported from here too
+    "LM", "MAX_BEAMS", "DecodeInputs", "GenerationOptions", "Hypothesis", "PreparedOptions",
+    "Step", "Stepper", "StopTest", "beam_search", "decode", "filter_logits", "generate",
+    "greedy_or_sample", "iter_tokens", "log_softmax", "prepare_options", "score", "steps",
+]  # fmt: skip
 
 
 class Stepper(Protocol):
@@ -39,444 +67,12 @@ class Stepper(Protocol):
     def select(self, rows: np.ndarray) -> None: ...
 
 
-ED, LM = "translate", "generate"  # commands of flags that only one family has
-
-
-@dataclass
-class GenerationOptions:
-    """How to decode: the one declaration of every option. The API takes them as keyword
-    arguments, the CLI as flags (core.flags derives them, with these help texts), and a
-    package's generation_config.json sets its defaults (the `hf` names)."""
-
-    max_new_tokens: int | None = doc(
-        None, "at most N new tokens", metavar="N", hf="max_new_tokens",
-        shown="as many as the model's positions allow: max_len for a translation, max_len + 1 "
-        "- the prompt's length for a generation",
-    )  # fmt: skip
-    min_new_tokens: int = doc(
-        0, "no end token before N new tokens", metavar="N", hf="min_new_tokens"
-    )
-    sampling: bool = doc(
-        False, "sample instead of greedy search", flags=("--sample",), hf="do_sample"
-    )
-    temperature: float = doc(1.0, "sampling temperature", metavar="T", hf="temperature")
-    top_k: int = doc(0, "sample among the K most likely tokens (0: all)", metavar="K", hf="top_k")
-    top_p: float = doc(
-        1.0, "sample from the smallest set of tokens of probability >= P (1.0: all)",
-        metavar="P", hf="top_p",
-    )  # fmt: skip
-    seed: int | None = doc(None, "random seed of sampling (none: a fresh one each call)")
-    num_beams: int = doc(
-        1, "beam search with N beams (1: greedy search)", flags=("--beam", "--num-beams"),
-        metavar="N", hf="num_beams",
-    )  # fmt: skip
-    length_penalty: float = doc(
-        1.0, "beam score = sum of log-probabilities / length ** X", metavar="X",
-        hf="length_penalty",
-    )  # fmt: skip
-    early_stopping: bool = doc(
-        True, "stop a beam search once N hypotheses have ended", hf="early_stopping"
-    )
-    num_hypotheses: int = doc(
-        1, "N samples (--sample) or N alternatives (--alternatives) per input", metavar="N",
-        hf="num_return_sequences",
-    )  # fmt: skip
-    repetition_penalty: float = doc(
-        1.0, "> 1 discourages tokens already in the context or output (1.0: off)", metavar="X",
-        hf="repetition_penalty",
-    )  # fmt: skip
-    ignore_eos: bool = doc(False, "always generate max_new_tokens tokens (benchmarks)")
-    forced_end_token: int | None = doc(
-        None, "the token chosen at the last position max_new_tokens allows, so that an output "
-        "cut by the limit still ends as the model's do (Hugging Face's forced_eos_token_id)",
-        metavar="ID", hf="forced_eos_token_id",
-    )  # fmt: skip
-    # constraints (CTranslate2's names); the text API resolves texts / token strings to ids
-    no_repeat_ngram_size: int = doc(
-        0, "never repeat an n-gram of N tokens (0: off)", metavar="N", hf="no_repeat_ngram_size"
-    )
-    suppress_sequences: Sequence[str | Sequence[int]] = doc(
-        (), "never produce TEXT's tokens in a row (repeatable; one token: never that token)",
-        flags=("--suppress",), hf="bad_words_ids",
-    )  # fmt: skip
-    end_token: Sequence[str | int] = doc(
-        (), "a token (vocabulary string, or an id) that ends the output too (repeatable)",
-        metavar="TOKEN",
-    )  # fmt: skip
-    stop: Sequence[str] = doc(
-        (), "stop when the generated text contains TEXT, cut before it (repeatable; a newline: "
-        "--stop $'\\n')", commands=(LM,),
-    )  # fmt: skip
-    return_alternatives: bool = doc(
-        False, "N continuations branching at the first position after the target prefix or "
-        "prompt: the N best tokens there, each continued (N: --num-hypotheses)",
-        flags=("--alternatives",),
-    )  # fmt: skip
-    max_input_length: int = doc(
-        0, "inputs of more than N tokens are an error (cut with --truncate; 0: max_len)",
-        metavar="N",
-    )  # fmt: skip
-    sliding_window: bool = doc(
-        False, "go on past the model's context: re-encode its last max_len/2 tokens when full "
-        "(needs --max-new-tokens)", commands=(LM,),
-    )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        """One validation for the API and the CLI: every problem is a ValueError."""
-
-        def bad(msg: str) -> None:
-            raise ValueError(f"invalid generation option: {msg}")
-
-        if self.max_new_tokens is not None and not _is_int(self.max_new_tokens):
-            bad(
-                f"max_new_tokens={self.max_new_tokens!r} must be an integer or None (got "
-                f"{type(self.max_new_tokens).__name__})"
-            )
-        for name in (
-            "min_new_tokens", "top_k", "num_beams", "num_hypotheses", "no_repeat_ngram_size",
-            "max_input_length",
-        ):  # fmt: skip
-            value = getattr(self, name)
-            if not _is_int(value):
-                bad(f"{name}={value!r} must be an integer (got {type(value).__name__})")
-        forced = self.forced_end_token
-        if forced is not None and not (_is_int(forced) and forced >= 0):
-            bad(f"forced_end_token={forced!r} must be a token id >= 0 or None")
-        if self.seed is not None and not _is_int(self.seed):
-            bad(f"seed={self.seed!r} must be an integer or None (got {type(self.seed).__name__})")
-        for name in ("temperature", "top_p", "length_penalty", "repetition_penalty"):
-            value = getattr(self, name)
-            if not _is_real(value):
-                bad(f"{name}={value!r} must be a number (got {type(value).__name__})")
-            if not math.isfinite(value):
-                bad(f"{name}={value!r} must be finite")
-        for name in (
-            "sampling", "early_stopping", "ignore_eos", "return_alternatives", "sliding_window",
-        ):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, (bool, np.bool_)):
-                bad(f"{name}={value!r} must be True or False (got {type(value).__name__})")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            bad(f"max_new_tokens={self.max_new_tokens} must be >= 1 (or None: the model's length)")
-        if self.min_new_tokens < 0 or (
-            self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens
-        ):
-            bad(f"min_new_tokens={self.min_new_tokens} must be in [0, max_new_tokens]")
-        if self.sliding_window and self.max_new_tokens is None:
-            bad("sliding_window needs max_new_tokens: past the context, nothing else ends it")
-        if self.seed is not None and self.seed < 0:
-            bad(f"seed={self.seed} must be >= 0 (or None)")
-        if not self.temperature > 0:
-            bad(f"temperature={self.temperature} must be > 0")
-        if self.temperature < MIN_TEMPERATURE:
-            bad(
-                f"temperature={self.temperature} must be >= {MIN_TEMPERATURE} (smaller ones "
-                "underflow the softmax; greedy decoding, sampling=False, is the limit)"
-            )
-        if self.top_k < 0:
-            bad(f"top_k={self.top_k} must be >= 0")
-        if not 0 < self.top_p <= 1:
-            bad(f"top_p={self.top_p} must be in (0, 1]")
-        if self.num_beams < 1:
-            bad(f"num_beams={self.num_beams} must be >= 1")
-        if self.num_beams > MAX_BEAMS:
-            bad(f"num_beams={self.num_beams} must be <= {MAX_BEAMS}")
-        if abs(self.length_penalty) > MAX_LENGTH_PENALTY:
-            bad(
-                f"length_penalty={self.length_penalty} must be in [-{MAX_LENGTH_PENALTY}, "
-                f"{MAX_LENGTH_PENALTY}] (length ** penalty must stay a finite number)"
-            )
-        if self.sampling and self.num_beams > 1:
-            bad("sampling and beam search (num_beams > 1) cannot be combined")
-        if self.num_hypotheses < 1:
-            bad(f"num_hypotheses={self.num_hypotheses} must be >= 1")
-        if self.num_hypotheses > MAX_BEAMS:
-            bad(f"num_hypotheses={self.num_hypotheses} must be <= {MAX_BEAMS}")
-        if not (self.sampling or self.return_alternatives):
-            if self.num_hypotheses > self.num_beams:
-                bad(
-                    f"num_hypotheses={self.num_hypotheses} must be in [1, num_beams] (or use "
-                    "sampling=True or return_alternatives=True)"
-                )
-        if not self.repetition_penalty > 0:
-            bad(f"repetition_penalty={self.repetition_penalty} must be > 0")
-        if self.no_repeat_ngram_size < 0:
-            bad(f"no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0 = off)")
-        if self.max_input_length < 0:
-            bad(f"max_input_length={self.max_input_length} must be >= 0 (0 = the model's max_len)")
-        self.suppress_sequences = _sequences(self.suppress_sequences, bad)
-        self.end_token = _items(self.end_token, "end_token", (str, int), bad)
-        self.stop = _items(self.stop, "stop", (str,), bad)
-
-
-def fit_new_tokens(opts: GenerationOptions, room: int) -> tuple[GenerationOptions, bool]:
-    """(opts with max_new_tokens set to what the model's positions allow, whether a number
-    asked for was cut to it): None means all `room`, a number at most `room`."""
-    asked = opts.max_new_tokens
-    n = room if asked is None else min(asked, room)
-    cut = asked is not None and n < asked
-    if n == asked and opts.min_new_tokens <= n:
-        return opts, cut
-    if n < 1:  # validated (a ValueError naming it)
-        low = min(n, opts.min_new_tokens)
-        return dataclasses.replace(opts, max_new_tokens=n, min_new_tokens=low), cut
-    fitted = copy.copy(opts)  # valid options, two valid values: no second validation
-    fitted.max_new_tokens, fitted.min_new_tokens = n, min(n, opts.min_new_tokens)
-    return fitted, cut
-
-
-def _new_tokens(opts: GenerationOptions) -> int:
-    """max_new_tokens of options the caller fitted to the model (fit_new_tokens)."""
-    if opts.max_new_tokens is None:
-        raise ValueError("max_new_tokens=None: fit the options to the model first (fit_new_tokens)")
-    return opts.max_new_tokens
-
-
-def _items(value: object, name: str, kinds: tuple[type, ...], bad) -> tuple:
-    """One item or a list of them -> a tuple; strings non-empty, ids >= 0."""
-    if isinstance(value, str) or _is_int(value):
-        value = (value,)
-    if not isinstance(value, (list, tuple)):
-        bad(f"{name}={value!r} must be a list (got {type(value).__name__})")
-    assert isinstance(value, (list, tuple))
-    for item in value:
-        if int in kinds and _is_int(item):
-            if item < 0:
-                bad(f"{name}: token id {item} must be >= 0")
-        elif isinstance(item, str):
-            if not item:
-                bad(f"{name}: an empty string")
-        else:
-            what = "strings or token ids" if int in kinds else "strings"
-            bad(f"{name}={value!r} must hold {what} (got {type(item).__name__})")
-    return tuple(int(v) if _is_int(v) else v for v in value)
-
-
-def _sequences(value: object, bad) -> tuple:
-    """suppress_sequences: texts and / or id lists (a bare text: one sequence)."""
-    if isinstance(value, str):
-        value = (value,)
-    if not isinstance(value, (list, tuple)):
-        bad(f"suppress_sequences={value!r} must be a list (got {type(value).__name__})")
-    assert isinstance(value, (list, tuple))
-    out: list[str | tuple[int, ...]] = []
-    for item in value:
-        if isinstance(item, str):
-            if not item.strip():
-                bad("suppress_sequences: an empty text")
-            out.append(item)
-        elif isinstance(item, (list, tuple, np.ndarray)) and len(item) > 0:
-            if not all(_is_int(t) and t >= 0 for t in item):
-                bad(f"suppress_sequences: {item!r} must hold token ids >= 0")
-            out.append(tuple(int(t) for t in item))
-        else:
-            bad(f"suppress_sequences: {item!r} must be a text or a non-empty list of token ids")
-    return tuple(out)
-
-
-MIN_TEMPERATURE = 1e-4
-# upper bounds where a larger value only allocates (N x beams rows of cache) or overflows
-MAX_BEAMS = 256  # num_beams and num_hypotheses (CTranslate2 and transformers users stay < 32)
-MAX_LENGTH_PENALTY = 10.0  # |length_penalty|: a 2**20-token length ** 10 is still finite
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-
-
 @dataclass
 class Hypothesis:
     tokens: list[int]  # a forced prefix included; never the end token
     score: float  # length-normalised log-probability: sum(log_probs) / len(log_probs) ** lp
     # one per token, then the end token's when the hypothesis ended with one (None: not scored)
     log_probs: list[float] | None = None
-
-
-def end_ids(opts: GenerationOptions, eos_id: int) -> np.ndarray:
-    """The tokens that end a hypothesis: EOS and opts.end_token (ids by now)."""
-    extra = [t for t in opts.end_token if not isinstance(t, str)]
-    if len(extra) != len(opts.end_token):
-        raise ValueError("end_token given as token strings: resolve them to ids first")
-    return np.array(sorted({eos_id, *extra}), dtype=np.int64)
-
-
-def suppressed(opts: GenerationOptions) -> list[tuple[int, ...]]:
-    """opts.suppress_sequences as id tuples (texts must be resolved by the caller)."""
-    out = [s for s in opts.suppress_sequences if not isinstance(s, str)]
-    if len(out) != len(opts.suppress_sequences):
-        raise ValueError("suppress_sequences given as texts: resolve them to ids first")
-    return [tuple(s) for s in out]
-
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def _check_finite(logits: np.ndarray) -> None:
-    """NaN anywhere in a row, or a row with no finite logit, is an error (never passed on)."""
-    if not np.isfinite(logits.max(axis=-1)).all():
-        raise FloatingPointError("the model produced NaN (or all -inf) logits")
-
-
-def _check_model(logits: np.ndarray) -> None:
-    """NaN or +inf anywhere is the model's (bans only ever write -inf, so this holds of logits
-    whose banned tokens were set in place; a row of -inf there is told as all banned)."""
-    top = logits.max(axis=-1)
-    if np.isnan(top).any() or np.isposinf(top).any():
-        raise FloatingPointError("the model produced NaN (or +inf) logits")
-
-
-class _Penalties:
-    """Per-row logit adjustments shared by all strategies: repetition penalty, min length,
-    banned ids, banned sequences (suppress_sequences) and no_repeat_ngram_size.
-
-    The history a row is checked against (n-grams, sequences) is its context (an LM's prompt)
-    followed by every token fed since, a forced prefix included.
-    """
-
-    def __init__(
-        self,
-        opts: GenerationOptions,
-        ends: np.ndarray | int,
-        vocab: int,
-        context: list[list[int]] | None,
-        n: int,
-        banned: Sequence[int] = (),
-    ):
-        self.opts = opts
-        self.ends = np.atleast_1d(np.asarray(ends, dtype=np.int64))
-        sequences = suppressed(opts)
-        for seq in sequences:
-            if max(seq) >= vocab:
-                raise ValueError(f"suppress_sequences: token id {max(seq)} >= vocabulary {vocab}")
-        ends_set = set(self.ends.tolist())
-        never = {int(t) for t in banned if 0 <= t < vocab and t not in ends_set}
-        self.banned = sorted(never | {s[0] for s in sequences if len(s) == 1})
-        self.sequences = [s for s in sequences if len(s) > 1]
-        self.ngram = opts.no_repeat_ngram_size
-        self.history: list[list[int]] | None = None
-        if self.ngram > 0 or self.sequences:
-            self.history = [list(c) for c in context] if context else [[] for _ in range(n)]
-        self.seen = None
-        if opts.repetition_penalty != 1.0:
-            self.seen = np.zeros((n, vocab), dtype=bool)
-            for i, toks in enumerate(context or []):
-                self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
-        self.forced = opts.forced_end_token
-        if self.forced is not None and not 0 <= self.forced < vocab:
-            raise ValueError(f"forced_end_token {self.forced} >= vocabulary {vocab}")
-        # nothing but (maybe) the end tokens to ban: the common case, checked once here
-        self.plain = (
-            self.seen is None and not self.banned and self.history is None and self.forced is None
-        )
-        # nothing to apply at any step but bans (`banned`, and the end tokens while
-        # min_new_tokens or ignore_eos say so): _greedy_one's case
-        self.bans_only = self.seen is None and self.history is None and self.forced is None
-
-    def apply(
-        self, logits: np.ndarray, n_generated: np.ndarray | int, in_place: bool = False
-    ) -> np.ndarray:
-        """`n_generated`: tokens chosen so far per row (or one count for all): before
-        min_new_tokens, the end tokens are banned. in_place: ban in `logits` itself (float32
-        logits that nothing reads afterwards) instead of a copy (the copy per step was 64 of
-        ~240 ms of Python per 1,000 sentences translated at batch 32)."""
-        ban_all, ban_rows = self.opts.ignore_eos, None
-        if not ban_all and self.opts.min_new_tokens > 0:
-            below = np.asarray(n_generated) < self.opts.min_new_tokens
-            if below.all():
-                ban_all = True
-            elif below.any():
-                ban_rows = np.flatnonzero(np.broadcast_to(below, (len(logits),)))
-        if self.plain and not ban_all and ban_rows is None:
-            return logits
-        if self.seen is not None:  # a new array
-            p = self.opts.repetition_penalty
-            hit = self.seen
-            logits = np.where(hit, np.where(logits > 0, logits / p, logits * p), logits)
-            logits = logits.astype(np.float32, copy=False)
-        else:
-            logits = logits.astype(np.float32, copy=not in_place)
-        if ban_all:
-            logits[:, self.ends] = -np.inf
-        elif ban_rows is not None:
-            logits[np.ix_(ban_rows, self.ends)] = -np.inf
-        if self.banned:
-            logits[:, self.banned] = -np.inf
-        if self.history is not None:
-            for i, h in enumerate(self.history):
-                bans = self.history_bans(h)
-                if bans:
-                    logits[i, bans] = -np.inf
-        if self.forced is not None:  # the last position max_new_tokens allows: forced
-            last = np.broadcast_to(np.asarray(n_generated) >= _new_tokens(self.opts) - 1,
-                                   (len(logits),))  # fmt: skip
-            if last.any():
-                logits[last] = -np.inf
-                logits[last, self.forced] = 0.0
-        return logits
-
-    def history_bans(self, h: list[int]) -> list[int]:
-        """Tokens that would complete an n-gram of `h` again, or a suppressed sequence."""
-        out: list[int] = []
-        n = self.ngram
-        if n == 1:
-            out.extend(h)
-        elif n > 1 and len(h) >= n:
-            key = h[len(h) - n + 1 :]
-            out.extend(h[i + n - 1] for i in range(len(h) - n + 1) if h[i : i + n - 1] == key)
-        for seq in self.sequences:
-            m = len(seq) - 1
-            if len(h) >= m and tuple(h[len(h) - m :]) == seq[:-1]:
-                out.append(seq[-1])
-        return out
-
-    def observe(self, tokens: np.ndarray) -> None:
-        if self.seen is not None:
-            self.seen[np.arange(len(tokens)), tokens] = True
-        if self.history is not None:
-            for h, tok in zip(self.history, tokens.tolist()):
-                h.append(tok)
-
-    def select(self, rows: np.ndarray) -> None:
-        if self.seen is not None:
-            self.seen = self.seen[rows]
-        if self.history is not None:
-            self.history = [list(self.history[r]) for r in rows.tolist()]
-
-
-class _Forcing:
-    """Tokens a row does not choose: its prefix, fed as it is, then (alternatives) the
-    rank-th best token at the first position after it."""
-
-    def __init__(self, prefixes: Sequence[Sequence[int]] | None, ranks: Sequence[int] | None,
-                 n: int):  # fmt: skip
-        self.prefixes = [list(p) for p in prefixes] if prefixes is not None else [[]] * n
-        if len(self.prefixes) != n:
-            raise ValueError(f"{len(self.prefixes)} prefixes for a batch of {n}")
-        self.lengths = np.array([len(p) for p in self.prefixes], dtype=np.int64)
-        self.ranks = None if ranks is None else np.asarray(ranks, dtype=np.int64)
-        self.on = bool(self.lengths.any()) or self.ranks is not None
-
-    def prefix_tokens(self, t: int, rows: np.ndarray) -> np.ndarray:
-        return np.array([self.prefixes[r][t] for r in rows.tolist()], dtype=np.int64)
-
-    def branch(self, t: int, rows: np.ndarray) -> np.ndarray:
-        """Mask of `rows` that branch at step t (alternatives)."""
-        if self.ranks is None:
-            return np.zeros(len(rows), dtype=bool)
-        return self.lengths[rows] == t
-
-
-def _ranked(logits: np.ndarray, rank: int) -> int:
-    """The rank-th best token of a row (0: the argmax; ties by lower id)."""
-    return int(np.argsort(-logits, kind="stable")[rank])
 
 
 StopTest = Callable[[int, list[int]], bool]  # (batch row, its tokens so far) -> stop it here
@@ -506,27 +102,6 @@ class DecodeInputs:
             ranks=list(range(n)) * batch if ranked else None,
             stop=None if stop is None else (lambda r, seq: stop(r // n, seq)),
         )
-
-
-def filter_logits(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
-    """Temperature, then top-k, then nucleus (top-p) filtering; removed entries become -inf."""
-    logits = logits.astype(np.float64) / temperature  # float64: a small temperature cannot overflow
-    if 0 < top_k < logits.shape[-1]:
-        kth = np.partition(logits, -top_k, axis=-1)[:, -top_k][:, None]
-        logits = np.where(logits < kth, -np.inf, logits)
-    if top_p < 1.0:
-        order = np.argsort(-logits, axis=-1)
-        sorted_logits = np.take_along_axis(logits, order, axis=-1)
-        probs = np.exp(log_softmax(sorted_logits))
-        before = np.cumsum(probs, axis=-1) - probs  # mass of strictly better tokens
-        drop_sorted = before >= top_p  # keeps the smallest prefix reaching top_p (never empty)
-        drop = np.zeros_like(drop_sorted)
-        np.put_along_axis(drop, order, drop_sorted, axis=-1)
-        logits = np.where(drop, -np.inf, logits)
-    return logits
-
-
-ALL_BANNED = "no token can be chosen: every token is banned at this step"
 
 
 def _choose(
@@ -618,6 +193,7 @@ def steps(
     applied, before temperature / top-k / top-p), forced ones by the model's.
     """
     n, vocab = first_logits.shape
+    opts = as_prepared(opts, vocab)
     ends = end_ids(opts, inputs.eos_id)
     penalties = _Penalties(opts, ends, vocab, inputs.context, n, inputs.banned)
     forcing = _Forcing(inputs.prefixes, inputs.ranks, n)
@@ -735,6 +311,7 @@ def beam_search(
     stops is a finished hypothesis (its last token kept).
     """
     B, vocab = first_logits.shape
+    opts = as_prepared(opts, vocab)
     K = opts.num_beams
     lp = opts.length_penalty
     eos_id, context, stop = inputs.eos_id, inputs.context, inputs.stop

@@ -1,9 +1,14 @@
 """edgeformer.export: a checkpoint -> an ONNX model package (the format: edgeformer.core.format).
 
-    from edgeformer.export import export_package
-    export_package("runs/m30k/averaged", "packages/m30k", variants=["fp32", "int4"])
+    from edgeformer.export import convert_hf, export_package
+    export_package("runs/m30k", "packages/m30k", variants=["fp32", "int4"])
+    convert_hf("Qwen2.5-0.5B-Instruct", "checkpoints/qwen")  # a Hugging Face folder
 
-export_package needs PyTorch (the `train` extra); it is imported on first use, so that the
+export_package does the whole job, as `edgeformer export`: a checkpoint, a training run folder
+or a Hugging Face folder in; every variant checked against PyTorch (verify=False skips it); the
+package written whole or not at all. convert_hf is `edgeformer convert hf`.
+
+Both need PyTorch (the `train` extra); they are imported on first use, so that the
 `edgeformer export` / `convert` commands can say which extra is missing instead of failing.
 """
 
@@ -11,7 +16,7 @@ from typing import Any
 
 from ..core.format import VARIANTS
 
-__all__ = ["export_package", "VARIANTS"]
+__all__ = ["convert_hf", "export_package", "VARIANTS"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +24,8 @@ def __getattr__(name: str) -> Any:
         from .exporter import export_package
 
         return export_package
+    if name == "convert_hf":
+        from ..models.hf import convert_hf
+
+        return convert_hf
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

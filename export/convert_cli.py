@@ -2,7 +2,9 @@
 (GPT2LMHeadModel, LlamaForCausalLM: config.json, model.safetensors, tokenizer.json;
 MarianMTModel: source.spm, target.spm and vocab.json instead of tokenizer.json) -> an
 edgeformer checkpoint, which `edgeformer export` turns into a package (export also takes the
-Hugging Face folder directly). Nothing is downloaded and transformers is not needed."""
+Hugging Face folder directly). Nothing is downloaded and transformers is not needed.
+
+The flags of edgeformer.export.convert_hf (models/hf/convert.py), which does the whole job."""
 
 from __future__ import annotations
 

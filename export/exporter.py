@@ -50,7 +50,8 @@ from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .ort_format import to_ort_format
 from .quality import calibration_batches
 from .recipes import VARIANT_SPECS, variant_spec
-from .verify import golden_record
+from .source import checkpoint_folder
+from .verify import check_parity, golden_record
 from .writer import genai_config, write_accuracy_variant, write_graphs
 
 
@@ -312,25 +313,35 @@ def export_package(
     verbose: bool = True,
     check: Callable[[Path], None] | None = None,
     graph_format: str = "onnx",
+    verify: bool = True,
 ) -> Path:
     """Export a checkpoint to a model package in `out_dir`; returns its path.
 
-    variants: names of export.recipes.VARIANT_SPECS ("fp32" is always written). check: runs on
-    the finished package before it replaces `out_dir`; an error there leaves nothing behind.
-    graph_format: "onnx", or "ort" (export.ort_format: ORT-format graphs, checked by `check`).
-    The package appears whole or not at all (core.files.atomic_folder).
+    checkpoint_dir: a checkpoint folder, a training run folder (its best/ or averaged/, the
+    lower final val loss: export.source) or a Hugging Face model folder (converted into a
+    temporary checkpoint first). variants: names of export.recipes.VARIANT_SPECS ("fp32" is
+    always written), a list or a comma-separated string. verify: check every variant against
+    PyTorch before the package takes `out_dir`'s place (export.verify.check_parity): fp32
+    beyond FP32_PARITY is a ParityError and nothing is written; False skips it (--no-verify).
+    check: a further check of the finished package, run after that one; an error there leaves
+    nothing behind too. graph_format: "onnx", or "ort" (export.ort_format: ORT-format graphs,
+    which the checks run). The package appears whole or not at all (core.files.atomic_folder).
     """
-    checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
+    source, out_dir = Path(checkpoint_dir), Path(out_dir)
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
     if graph_format not in GRAPH_FORMATS:
         raise ValueError(f"graph_format {graph_format!r}: one of {', '.join(GRAPH_FORMATS)}")
-    check_target(checkpoint_dir, out_dir, force)
-    model, ckpt_config = load_checkpoint(checkpoint_dir)
-    t0 = time.perf_counter()
-    with atomic_folder(out_dir) as tmp:
-        write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose, graph_format)
-        if check is not None:
-            check(tmp)
-        check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed meanwhile
+    check_target(source, out_dir, force)  # before a Hugging Face folder's conversion
+    with checkpoint_folder(source, verbose) as checkpoint_dir:
+        check_target(checkpoint_dir, out_dir, force)
+        model, ckpt_config = load_checkpoint(checkpoint_dir)
+        t0 = time.perf_counter()
+        with atomic_folder(out_dir) as tmp:
+            write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose, graph_format)
+            if verify:
+                check_parity(tmp, checkpoint_dir, variants, verbose)
+            if check is not None:
+                check(tmp)
+            check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed
     _log(verbose, f"wrote {out_dir} in {time.perf_counter() - t0:.1f} s")
     return out_dir

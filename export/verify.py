@@ -8,6 +8,8 @@ Generator use), and the logits of both are compared at every step.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -64,21 +66,40 @@ def torch_greedy(model, ids: np.ndarray, mask: np.ndarray, steps: int) -> list[n
     return out
 
 
-def compare(
-    model, package, variant: str = "fp32", batch: int = 2, length: int = 7, steps: int = 6, seed=0
-) -> list[float]:
-    """Max abs logit difference (PyTorch vs the package) at each of 1 + `steps` decoder calls:
-    the package is fed PyTorch's tokens through the runtime's own step loop."""
+def compare_variants(
+    model,
+    package,
+    variants: Sequence[str],
+    batch: int = 2,
+    length: int = 7,
+    steps: int = 6,
+    seed: int = 0,
+) -> dict[str, list[float]]:
+    """{variant: max abs logit difference (PyTorch vs the package) at each of 1 + `steps`
+    decoder calls}: every variant is fed PyTorch's tokens through the runtime's own step loop;
+    PyTorch runs once for all of them."""
     from ..runtime.model import Model
     from ..runtime.session import SessionSettings
     from ..runtime.verify import forced_logits
 
     cfg = model.cfg
-    runtime = Model(package.path, cfg.family, variant, "cpu", SessionSettings(threads=1))
     ids, mask = random_batch(cfg, batch, length, seed)
     ref = torch_greedy(model, ids, mask, steps)
-    got = forced_logits(runtime, ids, mask, [r.argmax(-1) for r in ref[:-1]])
-    return [float(np.abs(a - b).max()) for a, b in zip(ref, got)]
+    tokens = [r.argmax(-1) for r in ref[:-1]]
+    diffs: dict[str, list[float]] = {}
+    for variant in variants:
+        runtime = Model(package.path, cfg.family, variant, "cpu", SessionSettings(threads=1))
+        got = forced_logits(runtime, ids, mask, tokens)
+        diffs[variant] = [float(np.abs(a - b).max()) for a, b in zip(ref, got)]
+    return diffs
+
+
+def compare(
+    model, package, variant: str = "fp32", batch: int = 2, length: int = 7, steps: int = 6, seed=0
+) -> list[float]:
+    """Max abs logit difference (PyTorch vs the package) at each of 1 + `steps` decoder calls:
+    the package is fed PyTorch's tokens through the runtime's own step loop."""
+    return compare_variants(model, package, [variant], batch, length, steps, seed)[variant]
 
 
 def golden_record(model, batch: int = 3, length: int = 9, steps: int = 15, k: int = 16, seed=1):
@@ -97,12 +118,50 @@ def golden_record(model, batch: int = 3, length: int = 9, steps: int = 15, k: in
     )
 
 
-def verify_package(
-    package_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike, variant: str = "fp32"
-) -> float:
-    """Max abs logit difference over a short greedy generation (batch 2, padded inputs)."""
+def max_diffs(
+    package_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike, variants: Sequence[str]
+) -> dict[str, float]:
+    """{variant: max abs logit difference over a short greedy generation} (batch 2, padded
+    inputs), the checkpoint loaded once for all the variants."""
     from ..models.checkpoint import load_checkpoint
     from ..runtime.package import load_package
 
     model, _ = load_checkpoint(Path(checkpoint_dir))
-    return max(compare(model, load_package(package_dir), variant))
+    diffs = compare_variants(model, load_package(package_dir), variants)
+    return {variant: max(d) for variant, d in diffs.items()}
+
+
+def verify_package(
+    package_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike, variant: str = "fp32"
+) -> float:
+    """Max abs logit difference over a short greedy generation (batch 2, padded inputs)."""
+    return max_diffs(package_dir, checkpoint_dir, [variant])[variant]
+
+
+FP32_PARITY = 1e-4  # largest |logit difference| of the fp32 graphs against PyTorch
+
+
+class ParityError(ValueError):
+    """The fp32 graphs do not reproduce PyTorch's logits."""
+
+
+def check_parity(
+    package_dir: str | os.PathLike,
+    checkpoint_dir: str | os.PathLike,
+    variants: Sequence[str],
+    verbose: bool = True,
+) -> dict[str, float]:
+    """export_package's parity check: every variant against PyTorch (max_diffs), its largest
+    logit difference said on stderr (verbose); fp32 beyond FP32_PARITY (or NaN) is a
+    ParityError, and the package is not written. Returns the differences."""
+    diffs = max_diffs(package_dir, checkpoint_dir, variants)
+    for variant, d in diffs.items():
+        if verbose:
+            print(f"verify {variant}: max |logit diff| vs PyTorch {d:.2e}", file=sys.stderr)
+    d = diffs["fp32"]
+    if not d <= FP32_PARITY:
+        raise ParityError(
+            f"fp32 parity check failed: max |logit diff| vs PyTorch {d:.2e} > "
+            f"{FP32_PARITY:g}; no package was written"
+        )
+    return diffs

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgeformer.core.decoding import DecodeInputs, GenerationOptions, fit_new_tokens, generate
+from edgeformer.core.decoding import DecodeInputs, generate
+from edgeformer.core.options import GenerationOptions, prepare_options
 
 from .layers import KV
 from .transformer import DecoderOnly, EncoderDecoder
@@ -95,7 +96,7 @@ def translate_ids(
     model: EncoderDecoder, sources: list[list[int]], opts: GenerationOptions | None = None
 ) -> list[list[int]]:
     """Source id lists (ending in EOS) -> output id lists (no BOS/EOS)."""
-    opts, _ = fit_new_tokens(opts or GenerationOptions(), model.cfg.max_len)
+    opts, _ = prepare_options(opts or GenerationOptions(), model.cfg.vocab_size, model.cfg.max_len)
     device = next(model.parameters()).device
     src, mask = pad_batch(sources, model.cfg.pad_id)
     stepper = EncoderDecoderStepper(model, src.to(device), mask.to(device))
@@ -111,7 +112,7 @@ def complete_ids(
 ) -> list[list[int]]:
     """Prompt id lists -> continuation id lists (no EOS)."""
     room = model.cfg.max_len + 1 - max(len(p) for p in prompts)
-    opts, _ = fit_new_tokens(opts or GenerationOptions(), room)
+    opts, _ = prepare_options(opts or GenerationOptions(), model.cfg.vocab_size, room)
     device = next(model.parameters()).device
     ids, mask = pad_batch(prompts, model.cfg.pad_id, left=True)
     stepper = DecoderOnlyStepper(model, ids.to(device), mask.to(device))

@@ -19,7 +19,6 @@ import numpy as np
 import onnxruntime as ort
 
 from ..core.config import ModelConfig
-from ..core.decoding import GenerationOptions, fit_new_tokens
 from ..core.format import (
     ATTENTION_HEAD_SIZE_KEY,
     GENERATION_CONFIG_FILE,
@@ -29,6 +28,7 @@ from ..core.format import (
     graph_names,
 )
 from ..core.languages import TranslationTask
+from ..core.options import GenerationOptions, PreparedOptions, prepare_options
 from ..core.schema import PackageError
 from ..core.variants import pick_variant
 from .chat import ChatTemplate, ChatTemplateError, chat_template_of
@@ -276,32 +276,6 @@ class Model:
         """Source ids (a translation's input), with the source tokenizer."""
         return self.source_tokenizer.encode(text, add_special_tokens=False).ids
 
-    def resolve(self, opts: GenerationOptions) -> GenerationOptions:
-        """opts with suppress_sequences texts and end_token strings turned into ids (texts are
-        encoded alone, as the tokenizer encodes them; a token string must be in the
-        vocabulary, or be digits: an id); ids outside the vocabulary are a ValueError."""
-        vocab = self.tokenizer.get_vocab_size()
-        seqs: list[tuple[int, ...]] = []
-        for seq in opts.suppress_sequences:
-            ids = tuple(self.encode(seq)) if isinstance(seq, str) else tuple(seq)
-            if not ids or max(ids) >= vocab:
-                raise ValueError(f"suppress_sequences: {seq!r} has no token ids in the vocabulary")
-            seqs.append(ids)
-        ends: list[int] = []
-        for tok in opts.end_token:
-            i = self.tokenizer.token_to_id(tok) if isinstance(tok, str) else tok
-            if i is None and isinstance(tok, str) and tok.isdigit():  # the CLI's ids
-                i = int(tok)
-            if i is None or not 0 <= i < vocab:
-                raise ValueError(f"end_token {tok!r} is not a token of the vocabulary")
-            ends.append(int(i))
-        forced = opts.forced_end_token
-        if forced is not None and forced >= vocab:
-            raise ValueError(f"forced_end_token {forced} is not a token of the vocabulary")
-        if seqs == list(opts.suppress_sequences) and ends == list(opts.end_token):
-            return opts
-        return dataclasses.replace(opts, suppress_sequences=seqs, end_token=ends)
-
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -311,17 +285,21 @@ class Model:
         room: int,
         warn: WarnOnce | None = None,
         sliding_hint: bool = False,
-    ) -> GenerationOptions:
+    ) -> PreparedOptions:
         """What the decoding loop runs for one request: `opts` (the package's defaults under the
-        caller's options, make_options) with texts and token strings as ids (resolve) and
-        max_new_tokens fitted to the `room` the model's positions leave; a number asked for that
-        does not fit is cut, with a warning once per object."""
+        caller's options, make_options) checked against this model by core.options'
+        prepare_options: texts and token strings as ids (texts encoded alone, as the tokenizer
+        encodes them; a token string must be in the vocabulary, or be digits: an id), ids
+        outside the vocabulary a ValueError, max_new_tokens fitted to the `room` the model's
+        positions leave; a number asked for that does not fit is cut, with a warning once per
+        object."""
         asked = opts.max_new_tokens
-        fitted, cut = fit_new_tokens(self.resolve(opts), room)
+        vocab = self.tokenizer.get_vocab_size()
+        prepared, cut = prepare_options(opts, vocab, room, self.encode, self.tokenizer.token_to_id)
         if cut and warn is not None:
-            assert asked is not None and fitted.max_new_tokens is not None
-            warn.cut(asked, fitted.max_new_tokens, self.max_len, sliding_hint)
-        return fitted
+            assert asked is not None and prepared.max_new_tokens is not None
+            warn.cut(asked, prepared.max_new_tokens, self.max_len, sliding_hint)
+        return prepared
 
 
 class WarnOnce:

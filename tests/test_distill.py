@@ -290,7 +290,7 @@ def test_a_teacher_that_translates_nothing_is_named(data_dir, teacher, tmp_path,
 def test_word_kd_loss_is_the_kl_divergence_over_real_targets():
     import torch
 
-    from edgeformer.train.trainer import smoothed_loss
+    from edgeformer.train.loss import smoothed_loss
 
     torch.manual_seed(0)
     student, teacher = torch.randn(2, 3, 7), torch.randn(2, 3, 7)

@@ -470,6 +470,33 @@ def test_cli(ed_checkpoint, tmp_path, capsys):
     assert "int2" in capsys.readouterr().err
 
 
+def test_the_library_runs_the_parity_check_the_command_runs(ed_checkpoint, tmp_path, monkeypatch):
+    """export_package checks every variant against PyTorch by default (a failed fp32 check is
+    a ParityError and writes nothing); verify=False skips it, as --no-verify."""
+    from edgeformer.export import verify as verify_module
+    from edgeformer.export.verify import ParityError
+
+    checked = []
+    real = verify_module.max_diffs
+
+    def spy(package, checkpoint, variants):
+        checked.append(list(variants))
+        return real(package, checkpoint, variants)
+
+    monkeypatch.setattr(verify_module, "max_diffs", spy)
+    export_package(ed_checkpoint, tmp_path / "a", variants="int8", verbose=False)
+    assert checked == [["fp32", "int8"]]
+    export_package(ed_checkpoint, tmp_path / "b", verbose=False, verify=False)
+    assert checked == [["fp32", "int8"]]
+    monkeypatch.setattr(verify_module, "max_diffs", lambda p, c, vs: dict.fromkeys(vs, 0.5))
+    with pytest.raises(ParityError, match="no package was written"):
+        export_package(ed_checkpoint, tmp_path / "c", verbose=False)
+    monkeypatch.setattr(verify_module, "max_diffs", lambda p, c, vs: dict.fromkeys(vs, np.nan))
+    with pytest.raises(ParityError, match="nan"):
+        export_package(ed_checkpoint, tmp_path / "d", verbose=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
 def test_check_variants():
     assert check_variants("int4, int8,int4") == ["int4", "int8"]
     assert check_variants([]) == []

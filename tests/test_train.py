@@ -15,16 +15,11 @@ from edgeformer.models import build_model
 from edgeformer.models.batch import collate, make_pairs, teacher_forcing
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
 from edgeformer.runtime.cli import main
+from edgeformer.train.batches import token_batches
 from edgeformer.train.config import PRESETS, TrainConfig, preset
-from edgeformer.train.trainer import (
-    load_train_state,
-    lr_at,
-    make_optimizer,
-    save_train_state,
-    smoothed_loss,
-    token_batches,
-    train,
-)
+from edgeformer.train.loss import smoothed_loss
+from edgeformer.train.state import load_train_state, lr_at, make_optimizer, save_train_state
+from edgeformer.train.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -19,19 +19,19 @@ from tokenizers import Tokenizer
 from edgeformer.models import ModelConfig, build_model
 from edgeformer.models.checkpoint import save_checkpoint
 from edgeformer.runtime.cli import main
+from edgeformer.train import state as train_state
 from edgeformer.train import trainer
 from edgeformer.train.config import TrainConfig, preset
-from edgeformer.train.trainer import (
+from edgeformer.train.run_folder import (
     LOCK,
     OutputLocked,
     Run,
     acquire_lock,
-    make_optimizer,
     release_lock,
     save_epoch,
-    save_train_state,
-    train,
 )
+from edgeformer.train.state import make_optimizer, save_train_state
+from edgeformer.train.trainer import train
 
 
 @pytest.fixture
@@ -146,13 +146,13 @@ def test_failed_train_state_write_leaves_the_previous_checkpoint(tmp_path, token
         for p in model.parameters():
             p.add_(1.0)
     run.history.append({"val_loss": 2.0})
-    saved = trainer.save_file
-    trainer.save_file = broken_save_file
+    saved = train_state.save_file
+    train_state.save_file = broken_save_file
     try:
         with pytest.raises(OSError, match="No space left"):
             save_epoch(run, model, tokenizer_json, {}, opt, {"epoch": 2, "step": 9, "best": 2.0})
     finally:
-        trainer.save_file = saved
+        train_state.save_file = saved
     state = json.loads((tmp_path / "last/train_state.json").read_text())
     assert state["epoch"] == 1 and state["step"] == 5
     after = load_file(str(tmp_path / "last/model.safetensors"))
@@ -253,6 +253,31 @@ def test_export_run_dir_exports_the_better_checkpoint(tmp_path, tokenizer_json, 
     assert (out / "config.json").is_file()
 
 
+def test_the_library_exports_a_run_folder_too(tmp_path, tokenizer_json):
+    """export_package takes a run folder as the command does, and says which checkpoint on
+    the `edgeformer` logger."""
+    import logging
+
+    from edgeformer.export import export_package
+
+    run = fake_run(tmp_path, tokenizer_json, best_loss=2.3, averaged_loss=2.4)
+    said: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = said.append  # type: ignore[method-assign]
+    logger, level = logging.getLogger("edgeformer"), logging.getLogger("edgeformer").level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        out = export_package(run, tmp_path / "pkg", verbose=False)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [r.getMessage() for r in said if "exporting" in r.getMessage()] == [
+        f"training run {run}: exporting best/ (lower val loss: best/ 2.3000, averaged/ 2.4000)"
+    ]
+    assert (out / "config.json").is_file()
+
+
 # ------------------------------------------------------------- an existing OUT (issue 53)
 
 SMALL_FLAGS = [
@@ -348,7 +373,7 @@ def test_force_replaces_a_run_only_once_the_new_one_has_a_checkpoint(
 
 def test_force_takes_exported_packages_but_nothing_else(old_run):
     from edgeformer.core.format import CONFIG_FILE, PACKAGE_FORMAT
-    from edgeformer.train.trainer import not_a_run
+    from edgeformer.train.run_folder import not_a_run
 
     package = old_run / "package"  # `make demo` exports into its run folder
     package.mkdir()
