@@ -43,6 +43,7 @@ from ..core.decoding import (
     iter_tokens,
     score,
 )
+from ..core.schema import PackageError
 from .aio import WorkerPool
 from .batching import (
     READ_AHEAD,
@@ -247,8 +248,9 @@ class Translator(_Loaded):
         for i, text in enumerate(texts):
             try:
                 ids = self.source_ids(text, truncate, max_input_length)
-            except ValueError as e:
-                raise ValueError(f"texts[{i}]: {e}") from None
+            except ValueError as e:  # a PackageError (the tokenizer failed on it) stays one
+                kind = PackageError if isinstance(e, PackageError) else ValueError
+                raise kind(f"texts[{i}]: {e}") from None
             if ids:
                 keep.append(i)
                 sources.append(ids)
