@@ -61,8 +61,12 @@ def follow_umask(path: str | os.PathLike) -> None:
 @contextlib.contextmanager
 def atomic_text(path: str | os.PathLike) -> Iterator[TextIO]:
     """A text file (UTF-8, '\\n' line ends) written whole or not at all: into a temporary file
-    beside `path`, renamed over it when the block ends without an error."""
+    beside `path`, renamed over it when the block ends without an error. The temporary files
+    that killed writers of `path` left (.NAME.tmp-PID of a process that is gone) are deleted."""
     path = Path(path)
+    for _, leftover in _leftovers(path, "tmp"):
+        if leftover.is_file() and not leftover.is_symlink():
+            leftover.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:

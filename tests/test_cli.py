@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import os
 import sys
 
 import pytest
@@ -122,6 +123,22 @@ def test_a_failed_output_leaves_nothing(ed_package, tmp_path, capsys):
     args = ["translate", str(ed_package), "--input", str(src), "--output", str(out)]
     assert main([*args, "--variant", "int4", "--threads", "0"]) == 2
     assert not out.exists() and not list(tmp_path.glob(".out.txt*"))
+
+
+def test_a_killed_outputs_temporary_file_is_cleaned_by_the_next_run(ed_package, tmp_path):
+    """`translate --output F` killed (-9) leaves .F.tmp-PID; the next run deletes those of
+    processes that are gone, never a running one's or a file that is not such a leftover."""
+    import subprocess
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    out = tmp_path / "out.txt"
+    stale, running = tmp_path / f".out.txt.tmp-{dead}", tmp_path / f".out.txt.tmp-{os.getppid()}"
+    mine = tmp_path / ".out.txt.tmp-notes"
+    for f in (stale, running, mine):
+        f.write_text("two dogs\n")
+    assert main(["translate", str(ed_package), "two dogs .", "--output", str(out)]) == 0
+    assert out.is_file() and not stale.exists() and running.exists() and mine.exists()
 
 
 EXTRA_COMMANDS = {
