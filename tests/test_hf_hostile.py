@@ -310,3 +310,29 @@ def test_json_that_is_not_utf8_or_too_deep_is_named(name, folders, tmp_path, cap
     refused(src, tmp_path / "out", f"{name} is not valid JSON", capsys)
     (src / name).write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
     refused(src, tmp_path / "out", f"{name} is nested too deeply", capsys)
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(folders, tmp_path, capsys, monkeypatch):
+    """safetensors reports a full disk as SafetensorError "... (os error 28)": a traceback
+    before; now the OSError it is, printed as one line (exit 1), and no folder is left.
+    (Measured for real on a 1 MB tmpfs: the same line.)"""
+    from safetensors import SafetensorError
+
+    from edgeformer.models import checkpoint
+
+    def full(model, path):
+        with open(path, "wb") as f:
+            f.write(b"x" * 10)  # a part written, then the device is full
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(checkpoint, "save_model", full)
+    src, out = copy(folders, tmp_path), tmp_path / "out"
+    assert main(["convert", "hf", str(src), str(out), "-q"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("edgeformer convert: error: no space left on the device"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
