@@ -173,5 +173,7 @@ def describe_os_error(e: OSError) -> str:
     """One line for an OSError (disk full, permissions, ...), naming the file."""
     where = f": {e.filename}" if e.filename else ""
     if e.errno == errno.ENOSPC:
+        if not e.filename and e.strerror and e.strerror != os.strerror(errno.ENOSPC):
+            return f"no space left on the device: {e.strerror}"  # what the writer says it kept
         return f"no space left on the device{where} (nothing was left half-written)"
     return f"{e.strerror or e}{where}"

@@ -162,3 +162,25 @@ def test_commands_without_their_extra_say_what_to_install(command, capsys, monke
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "needs torch" in err and "pip install torch==2.13.0" in err and "edgeformer[" in err
+
+
+def test_a_full_disk_under_stdout_says_what_was_written(ed_package, tmp_path, capsys, monkeypatch):
+    """`translate > file` on a full disk: the file keeps a cut last line, so the message must
+    not claim that nothing was left half-written; it says what the file holds."""
+    import errno
+
+    out = tmp_path / "out.txt"
+    with open(out, "w", encoding="utf-8") as f:
+
+        def write(text: str) -> int:
+            f.buffer.write(text.encode()[:3])  # part of a line reached the file
+            f.buffer.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(f, "write", write, raising=False)
+        monkeypatch.setattr(sys, "stdout", f)
+        assert main(["translate", str(ed_package), "two dogs .", "a man ."]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "nothing was left half-written" not in err
+    assert "standard output holds the first 3 bytes of the output" in err, err
