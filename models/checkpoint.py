@@ -14,10 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -35,6 +37,20 @@ GENERATION_CONFIG = "generation_config.json"  # optional: default decoding setti
 TOKENIZER_CONFIG = "tokenizer_config.json"  # optional: chat template, special-token strings
 
 
+@contextlib.contextmanager
+def os_errors(path: Path) -> Iterator[None]:
+    """safetensors' I/O failures (SafetensorError "... (os error 28)": a full disk) as the
+    OSError they are, naming `path`: the commands print an OSError as one line."""
+    try:
+        yield
+    except SafetensorError as e:
+        found = re.search(r"(?:os error|code:) (\d+)", str(e))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     model: EncoderDecoder | DecoderOnly,
@@ -49,7 +65,7 @@ def save_checkpoint(
     `extra(folder)` may write more files (the training state) into the folder before it is
     renamed into place; if it fails, nothing is left and an older `path` is kept intact."""
     path = Path(path)
-    with atomic_folder(path) as tmp:
+    with os_errors(path), atomic_folder(path) as tmp:
         save_model(model, str(tmp / WEIGHTS))
         config = {"format": CHECKPOINT_FORMAT, "model": model.cfg.to_dict(), **(meta or {})}
         (tmp / CONFIG).write_text(json.dumps(config, indent=2))

@@ -45,6 +45,7 @@ from ..core.decoding import (
     score,
 )
 from ..core.languages import per_text
+from ..core.schema import PackageError
 from .aio import WorkerPool
 from .batching import (
     READ_AHEAD,
@@ -306,8 +307,9 @@ class Translator(_Loaded):
         for i, text in enumerate(texts):
             try:
                 ids = self.source_ids(text, truncate, max_input_length, langs[i])
-            except ValueError as e:
-                raise ValueError(f"texts[{i}]: {e}") from None
+            except ValueError as e:  # a PackageError (the tokenizer failed on it) stays one
+                kind = PackageError if isinstance(e, PackageError) else ValueError
+                raise kind(f"texts[{i}]: {e}") from None
             if ids:
                 keep.append(i)
                 sources.append(ids)

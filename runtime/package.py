@@ -23,6 +23,7 @@ from ..core.format import (
 )
 from ..core.generation_config import forced_first_token, generation_settings, ignored_fields
 from ..core.schema import Golden, PackageConfig, PackageError, VariantEntry
+from .onnx_refs import ProtobufError, external_files
 
 __all__ = ["Package", "PackageError", "load_package"]
 
@@ -157,30 +158,15 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
                 f"model package {path}: checksum mismatch for {name} (file changed or corrupt)"
             )
     for graph in {f for v in config.variants.values() for f in v.files.values()} - ort_graphs:
-        for data in external_files(path / graph):  # what onnxruntime would open besides
+        try:
+            external = external_files(path / graph)  # what onnxruntime would open besides
+        except ProtobufError as e:
+            where = f"model package {path}: {graph}"
+            raise PackageError(f"{where} is not an ONNX graph ({e})") from None
+        for data in sorted(external):
             if data not in listed:
                 raise PackageError(
                     f"model package {path}: {graph} reads the weights file {data!r}, which is "
                     "not in the checksum list"
                 )
     return Package(path, config)
-
-
-EXTERNAL_LOCATION = b"\x0a\x08location\x12"  # StringStringEntryProto {key: "location", value:
-
-
-def external_files(graph: Path) -> set[str]:
-    """The external-data files an ONNX graph references (TensorProto.external_data entries
-    with key "location"), found in its protobuf bytes without the onnx package."""
-    data, found, start = graph.read_bytes(), set(), 0
-    while (at := data.find(EXTERNAL_LOCATION, start)) >= 0:
-        i, length, shift = at + len(EXTERNAL_LOCATION), 0, 0
-        while i < len(data):  # the value's length, a varint
-            length |= (data[i] & 0x7F) << shift
-            shift += 7
-            i += 1
-            if not data[i - 1] & 0x80:
-                break
-        found.add(data[i : i + length].decode("utf-8", "replace"))
-        start = i + length
-    return found

@@ -2,18 +2,28 @@
 
 tokenizer.json is the `tokenizers` library's file: its checksum proves it is the file export
 wrote, not that it is sane. At load: it must parse (a bad regex or a normalizer nested
-thousands deep is a PackageError, not a Rust panic or a RecursionError), its token ids must lie
-inside the graphs' vocabulary, and it must encode export's probe text to the same ids (a
-vocabulary permuted and re-checksummed would otherwise decode to garbage without an error).
+thousands deep is a PackageError, not a Rust panic or a RecursionError), its regular
+expressions must lie inside core.patterns' bounds (a catastrophic one would panic at the first
+input that triggers it), its token ids must lie inside the graphs' vocabulary, and it must
+encode export's probe text to the same ids (a vocabulary permuted and re-checksummed would
+otherwise decode to garbage without an error). Encoding and decoding go through `guarded`: a
+panic that still comes (the regex engine's retry limit) is a PackageError, never a
+BaseException that `except Exception` lets through.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from tokenizers import Tokenizer
 
+from ..core.patterns import tokenizer_pattern_problem
 from ..core.schema import PackageError
+
+T = TypeVar("T")
 
 PROBE_TOKENS = 48  # vocabulary entries that make up a probe text
 
@@ -26,7 +36,16 @@ def is_panic(e: BaseException) -> bool:
 def load_tokenizer(path: Path, vocab_size: int, where: str) -> Tokenizer:
     """The tokenizer at `path`, every id of it < vocab_size; PackageError naming the problem."""
     try:
-        tok = Tokenizer.from_file(str(path))
+        text = path.read_text(encoding="utf-8")
+        problem = tokenizer_pattern_problem(json.loads(text))
+    except RecursionError:
+        raise PackageError(f"{where}: {path.name} cannot be read (nested too deeply)") from None
+    except (ValueError, OSError) as e:
+        raise PackageError(f"{where}: {path.name} cannot be read ({str(e)[:200]})") from None
+    if problem:
+        raise PackageError(f"{where}: {path.name} has a refused regular expression: {problem}")
+    try:
+        tok = Tokenizer.from_str(text)
         ids = tok.get_vocab(with_added_tokens=True).values()
     except Exception as e:
         raise PackageError(f"{where}: {path.name} cannot be read ({str(e)[:200]})") from None
@@ -64,3 +83,17 @@ def check_probe(tok: Tokenizer, probe: dict, where: str) -> None:
             f"{where}: {probe['file']} does not encode as it did at export (its vocabulary or "
             "rules were edited): re-export the package, or restore the file"
         )
+
+
+def guarded(call: Callable[[], T], file: str, where: str) -> T:
+    """call() (an encode or decode of the package's tokenizer); a Rust panic in it (a regex the
+    engine gives up on for this input) becomes a PackageError naming the file."""
+    try:
+        return call()
+    except BaseException as e:
+        if not is_panic(e):
+            raise
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise PackageError(
+            f"{where}: {file} failed on this input ({first}): its rules cannot tokenize it"
+        ) from None

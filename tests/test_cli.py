@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import os
 import sys
 
 import pytest
@@ -124,6 +125,22 @@ def test_a_failed_output_leaves_nothing(ed_package, tmp_path, capsys):
     assert not out.exists() and not list(tmp_path.glob(".out.txt*"))
 
 
+def test_a_killed_outputs_temporary_file_is_cleaned_by_the_next_run(ed_package, tmp_path):
+    """`translate --output F` killed (-9) leaves .F.tmp-PID; the next run deletes those of
+    processes that are gone, never a running one's or a file that is not such a leftover."""
+    import subprocess
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    out = tmp_path / "out.txt"
+    stale, running = tmp_path / f".out.txt.tmp-{dead}", tmp_path / f".out.txt.tmp-{os.getppid()}"
+    mine = tmp_path / ".out.txt.tmp-notes"
+    for f in (stale, running, mine):
+        f.write_text("two dogs\n")
+    assert main(["translate", str(ed_package), "two dogs .", "--output", str(out)]) == 0
+    assert out.is_file() and not stale.exists() and running.exists() and mine.exists()
+
+
 EXTRA_COMMANDS = {
     "train": ["train"],
     "export": ["export", "ckpt", "pkg"],
@@ -145,3 +162,25 @@ def test_commands_without_their_extra_say_what_to_install(command, capsys, monke
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "needs torch" in err and "pip install torch==2.13.0" in err and "edgeformer[" in err
+
+
+def test_a_full_disk_under_stdout_says_what_was_written(ed_package, tmp_path, capsys, monkeypatch):
+    """`translate > file` on a full disk: the file keeps a cut last line, so the message must
+    not claim that nothing was left half-written; it says what the file holds."""
+    import errno
+
+    out = tmp_path / "out.txt"
+    with open(out, "w", encoding="utf-8") as f:
+
+        def write(text: str) -> int:
+            f.buffer.write(text.encode()[:3])  # part of a line reached the file
+            f.buffer.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(f, "write", write, raising=False)
+        monkeypatch.setattr(sys, "stdout", f)
+        assert main(["translate", str(ed_package), "two dogs .", "a man ."]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "nothing was left half-written" not in err
+    assert "standard output holds the first 3 bytes of the output" in err, err
