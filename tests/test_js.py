@@ -26,16 +26,38 @@ MAX_NEW = 24
 SOURCES = [[73, 78, 114, 143, 8, 24, 124, 143, 39, 2], [49, 131, 65, 43, 2], [15, 7, 2]]
 PROMPTS = [[5, 9, 14, 3, 22, 8], [40, 41], [100, 7, 120, 33, 60, 61, 62, 63, 64]]
 TEXTS = ["A man is riding a bike.", "Two dogs play in the snow.", ""]
-# runs cases {package, backend, variant, cache, inputs} in one node process: ids and log-probs
+# runs cases {package, backend, variant, cache, inputs, options} in one node process: every
+# hypothesis (ids, score, log-probs) of decodeIds; call "run" / "stream" / "chat" / "prompt" take
+# texts (or messages); a refused case gives {error, kind} (PackageError / RangeError)
 DRIVER = """
 const { loadPackage } = await import(process.argv[1]);
 const out = [];
 for (const c of JSON.parse(process.argv[2])) {
-  const m = await loadPackage(c.package, { backend: c.backend, variant: c.variant, cache: c.cache,
-                                           threads: 1 });
-  const r = await m.decodeIds(c.inputs, { maxNewTokens: c.max_new_tokens, scores: true });
-  out.push({ ...c, ids: r.ids, log_probs: r.logProbs, ms_per_token: r.msPerToken });
-  await m.release();
+  let m = null;
+  try {
+    m = await loadPackage(c.package, { backend: c.backend, variant: c.variant, cache: c.cache,
+                                       threads: c.threads ?? 1 });
+    const o = { maxNewTokens: c.max_new_tokens, scores: true, ...(c.options ?? {}) };
+    const call = c.call ?? "ids";
+    if (call === "ids") {
+      const r = await m.decodeIds(c.inputs, o);
+      out.push({ ...c, ids: r.ids, log_probs: r.logProbs, ms_per_token: r.msPerToken,
+                 hypotheses: r.hypotheses });
+    } else if (call === "run") {
+      out.push({ ...c, lines: await m.run(c.inputs, o) });
+    } else if (call === "stream") {
+      const pieces = [];
+      for await (const piece of m.stream(c.inputs[0], o)) pieces.push(piece);
+      out.push({ ...c, pieces });
+    } else if (call === "prompt") {
+      out.push({ ...c, prompt: await m.chatPrompt(c.inputs) });
+    } else if (call === "chat") {
+      out.push({ ...c, text: await m.chat(c.inputs, o) });
+    }
+  } catch (e) {
+    out.push({ ...c, error: String(e.message ?? e), kind: e.name });
+  }
+  if (m) await m.release();
 }
 console.log(JSON.stringify(out));
 """
@@ -62,12 +84,17 @@ def node() -> str:
     return exe
 
 
-def run_js(node: str, cases: list[dict]) -> list[dict]:
+def run_js(node: str, cases: list[dict], errors: bool = False, timeout: int = 300) -> list[dict]:
+    """The driver's results, one per case (errors=False: a refused case fails the test)."""
     index = (JS / "index.mjs").as_uri()
     cmd = [node, "--input-type=module", "-e", DRIVER, index, json.dumps(cases)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout)
+    out = json.loads(run.stdout)
+    if not errors:
+        failed = [(c.get("options"), c["error"]) for c in out if "error" in c]
+        assert not failed, failed
+    return out
 
 
 def cli(node: str, *args: str) -> subprocess.CompletedProcess:
@@ -192,9 +219,9 @@ def test_js_refuses_what_it_cannot_run(node, lm_package, tmp_path):
     config["format_version"] = 99
     (pkg / "config.json").write_text(json.dumps(config))
     run = cli(node, str(pkg), "--ids", "5,9")
-    assert run.returncode == 1 and "re-export" in run.stderr, run.stderr
+    assert run.returncode == 2 and "re-export" in run.stderr, run.stderr
     run = cli(node, str(lm_package), "--backend", "wasm", "--cache", "inplace", "--ids", "5,9")
-    assert run.returncode == 1 and "refeed" in run.stderr, run.stderr
+    assert run.returncode == 2 and "refeed" in run.stderr, run.stderr
 
 
 PAGE = """<!doctype html>
@@ -292,3 +319,166 @@ def test_js_runs_the_converted_families(node, tmp_path_factory):
     assert prompt[0] == tok.bos_token_id
     opts = g.model.options(max_new_tokens=MAX_NEW)
     assert json.loads(run.stdout)["ids"] == g.generate_ids([prompt], opts)[0]
+
+
+# ---------------------------------------------------------------- one contract (issue 51 item 2)
+
+
+def test_the_js_contract_is_generated_from_core():
+    """runtime/js/contract.mjs is what edgeformer.core.contract renders now: a change to the
+    format, schema, variants or options that is not regenerated fails here."""
+    from edgeformer.core import contract
+
+    committed = (JS / "contract.mjs").read_text(encoding="utf-8")
+    assert committed == contract.render(), (
+        f"runtime/js/contract.mjs is stale: run `{contract.GENERATED_BY}`"
+    )
+
+
+def test_js_io_names_are_pythons(node):
+    """The JS runtime expands the contract's IO templates to format.io_names' lists, for every
+    family, readable format version and depth."""
+    from edgeformer.core.config import FAMILIES
+    from edgeformer.core.format import READABLE_VERSIONS, io_names
+
+    cases = [(f, v, n) for f in FAMILIES for v in READABLE_VERSIONS for n in (1, 2, 3, 7)]
+    script = (
+        "const { ioNames } = await import(process.argv[1]);"
+        "console.log(JSON.stringify(JSON.parse(process.argv[2]).map(([f, v, n]) =>"
+        " ioNames(f, n, v))));"
+    )
+    cmd = [node, "--input-type=module", "-e", script, (JS / "package.mjs").as_uri(),
+           json.dumps(cases)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    for (f, v, n), got in zip(cases, json.loads(run.stdout)):
+        assert got == io_names(f, n, v), (f, v, n)
+
+
+# ---------------------------------------------------------------- decoding as in Python (item 1)
+
+# every decoding option of GenerationOptions the JS runtime runs (alternatives and the sliding
+# window are the Python runtime's only); sampling draws from numpy's generator in both
+OPTION_CASES = [
+    {},
+    {"num_beams": 4, "num_hypotheses": 3},
+    {"num_beams": 3, "length_penalty": 0.5, "early_stopping": False, "num_hypotheses": 2},
+    {"num_beams": 2, "length_penalty": -1.0, "min_new_tokens": 6},
+    {"sampling": True, "seed": 7},
+    {"sampling": True, "seed": 11, "temperature": 0.7, "top_k": 10, "top_p": 0.8,
+     "num_hypotheses": 3},
+    {"sampling": True, "seed": 5, "temperature": 2.0, "repetition_penalty": 1.3},
+    {"min_new_tokens": 12},
+    {"repetition_penalty": 1.5, "no_repeat_ngram_size": 2},
+    {"no_repeat_ngram_size": 1, "num_beams": 2},
+    {"forced_end_token": 2, "max_new_tokens": 5},
+]  # fmt: skip
+
+
+def python_nbest(pkg: Path, family: str, inputs, options: dict, prefixes=None) -> list:
+    """edgeformer.runtime's hypotheses per input: [[tokens, score, log_probs], ...]."""
+    if family == "encoder-decoder":
+        t = Translator(pkg, variant="fp32", threads=1)
+        opts = t.model.options(**({"max_new_tokens": MAX_NEW} | options))
+        found = t.translate_ids_nbest(inputs, opts, target_prefix=prefixes)
+    else:
+        g = Generator(pkg, variant="fp32", threads=1)
+        opts = g.model.options(**({"max_new_tokens": MAX_NEW} | options))
+        found = g.generate_ids_nbest(inputs, opts)
+    return [[(h.tokens, h.score, h.log_probs) for h in hyps] for hyps in found]
+
+
+def option_cases(ed_package, lm_package) -> list[dict]:
+    """Both families x OPTION_CASES x node and wasm, and suppressed sequences / end tokens /
+    target prefixes (language tokens) built from the greedy output, so that they bite."""
+    greedy_ed = python_nbest(ed_package, "encoder-decoder", SOURCES, {})
+    greedy_lm = python_nbest(lm_package, "decoder-only", PROMPTS, {})
+    t_ed, t_lm = greedy_ed[0][0][0], greedy_lm[0][0][0]
+    extra = {
+        "encoder-decoder": [
+            {"suppress_sequences": [[t_ed[0]], t_ed[1:3]], "end_token": [t_ed[3]]},
+            {"_prefix": [[t_ed[2], 9], [], [40]]},
+            {"_prefix": [[7], [8, 9], []], "num_beams": 3, "num_hypotheses": 2},
+            {"_prefix": [[7], [], [5]], "sampling": True, "seed": 3},
+        ],
+        "decoder-only": [
+            {"suppress_sequences": [[t_lm[0]]], "end_token": [t_lm[1]]},
+            {"end_token": [t_lm[0]], "num_beams": 3},
+        ],
+    }
+    cases = []
+    for family, pkg, inputs in (("encoder-decoder", ed_package, SOURCES),
+                                ("decoder-only", lm_package, PROMPTS)):  # fmt: skip
+        for options in OPTION_CASES + extra[family]:
+            for backend in ("node", "wasm"):
+                case = dict(package=str(pkg), family=family, backend=backend, variant="fp32",
+                            inputs=inputs, max_new_tokens=MAX_NEW)  # fmt: skip
+                opts = {k: v for k, v in options.items() if k != "_prefix"}
+                if "_prefix" in options:
+                    opts["targetPrefix"] = options["_prefix"]
+                cases.append({**case, "options": opts, "py": options})
+    return cases
+
+
+def test_js_decoding_options_match_python(node, ed_package, lm_package):
+    """Beam search (beams, length penalty, early stopping, n-best), sampling (seeded:
+    temperature, top-k, top-p, several samples), min / max new tokens, repetition penalty,
+    no-repeat n-grams, suppressed sequences, end tokens, a forced end token and target
+    prefixes: the JS runtime's hypotheses are the Python runtime's (ids equal, scores and
+    log-probs within 1e-4: JS computes beam log-softmaxes in float64, numpy in float32), on
+    onnxruntime-node and on wasm, for a batch of 3 inputs of both families."""
+    cases = option_cases(ed_package, lm_package)
+    refs: dict = {}
+    for case in run_js(node, cases):
+        py = case["py"]
+        key = (case["family"], json.dumps(py, sort_keys=True))
+        if key not in refs:
+            options = {k: v for k, v in py.items() if k != "_prefix"}
+            refs[key] = python_nbest(Path(case["package"]), case["family"], case["inputs"],
+                                     options, py.get("_prefix"))  # fmt: skip
+        where = f"{case['family']} {py} on {case['backend']}"
+        want = refs[key]
+        got = [[h["tokens"] for h in hyps] for hyps in case["hypotheses"]]
+        assert got == [[w[0] for w in hyps] for hyps in want], where
+        for hyps_w, hyps_g in zip(want, case["hypotheses"]):
+            for w, g in zip(hyps_w, hyps_g):
+                np.testing.assert_allclose(g["score"], w[1], atol=1e-4, err_msg=where)
+                if w[2] is not None:
+                    np.testing.assert_allclose(g["logProbs"], w[2], atol=1e-4, err_msg=where)
+
+
+def test_js_text_features_match_python(node, ed_package, lm_package):
+    """The text API: stop strings (the text cut before them, as Python's), streaming (the
+    pieces concatenate to the whole output), a batch with an empty source, and a target prefix
+    given as text, on node and wasm."""
+    g = Generator(lm_package, variant="fp32", threads=1)
+    t = Translator(ed_package, variant="fp32", threads=1)
+    prompts = ["two dogs", "a man rides", "zwei hunde"]
+    plain = g.generate_batch(prompts, max_new_tokens=MAX_NEW)
+    stops = [plain[0][3:9], plain[1][-4:]]  # texts that occur in the outputs
+    want_stop = g.generate_batch(prompts, max_new_tokens=MAX_NEW, stop=stops)
+    assert want_stop != plain
+    want_prefix = t.translate_batch(TEXTS, max_new_tokens=8, target_prefix=["ein", None, None])
+    want_sample = "".join(g.stream("two dogs", max_new_tokens=MAX_NEW, sampling=True, seed=4))
+    cases = []
+    for backend in ("node", "wasm"):
+        common = dict(backend=backend, variant="fp32", max_new_tokens=MAX_NEW)
+        cases += [
+            {**common, "package": str(lm_package), "call": "run", "inputs": prompts,
+             "options": {"stop": stops}, "want": want_stop},
+            {**common, "package": str(lm_package), "call": "stream", "inputs": prompts[:1],
+             "options": {"stop": stops}, "want": want_stop[:1]},
+            {**common, "package": str(lm_package), "call": "stream", "inputs": ["two dogs"],
+             "options": {"sampling": True, "seed": 4}, "want": [want_sample]},
+            {**common, "package": str(ed_package), "call": "run", "inputs": TEXTS,
+             "max_new_tokens": 8, "options": {"targetPrefix": ["ein", None, None]},
+             "want": want_prefix},
+        ]  # fmt: skip
+    for case in run_js(node, cases):
+        if case["call"] == "run":
+            got = [line["text"] for line in case["lines"]]
+        else:
+            got = ["".join(case["pieces"])]
+            if "stop" not in case["options"]:  # streamed: more than one piece
+                assert len(case["pieces"]) > 1, case["pieces"]
+        assert got == case["want"], (case["call"], case["options"], case["backend"])
