@@ -9,9 +9,11 @@ it; the test never goes to the network).
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -482,3 +484,171 @@ def test_js_text_features_match_python(node, ed_package, lm_package):
             if "stop" not in case["options"]:  # streamed: more than one piece
                 assert len(case["pieces"]) > 1, case["pieces"]
         assert got == case["want"], (case["call"], case["options"], case["backend"])
+
+
+# ---------------------------------------------------------------- the same verdicts (issue 50)
+
+
+def _params(test) -> list:
+    """The argument tuples of a test's @pytest.mark.parametrize (the Python cases, as written)."""
+    marks = [m for m in getattr(test, "pytestmark", []) if m.name == "parametrize"]
+    return list(marks[0].args[1])
+
+
+def hostile_packages(ed_package, lm_package, root: Path) -> list[tuple[str, Path]]:
+    """(name, package) for the Python runtime's hostile-package cases (test_robustness.py and
+    test_hostile.py, read from their parametrize lists so that new cases join), issue 50's JS
+    cases (generation_config.json, special ids, sizes below the graphs') and packages that must
+    load (the untouched ones, an unknown extra key, an unapplied generation field)."""
+    import test_hostile as th
+    import test_robustness as tr
+
+    out: list[tuple[str, Path]] = [("untouched ed", ed_package), ("untouched lm", lm_package)]
+    n = iter(range(10**6))
+
+    def tampered(src, edit, name):
+        dst = root / f"p{next(n)}"
+        tr._tamper(src, dst, edit)
+        out.append((name, dst))
+        return dst
+
+    for edit, key in _params(tr.test_config_schema):
+        tampered(ed_package, edit, f"config {key}")
+    (root / tr.OUTSIDE).write_bytes(b"outside")
+    for i, (edit,) in enumerate([(e,) for e in _params(tr.test_package_cannot_reach_outside)]):
+        pkg = tampered(ed_package, edit, f"reach outside {i}")
+        (pkg / "link.onnx").symlink_to(root / tr.OUTSIDE)
+    for text in _params(tr.test_config_not_an_object):
+        dst = root / f"p{next(n)}"
+        shutil.copytree(ed_package, dst)
+        (dst / "config.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+        out.append((f"config.json {text!r}", dst))
+    tampered(ed_package, tr._set("min_onnxruntime", "99.0.0"), "min_onnxruntime 99")
+    for edit, message in _params(th.test_hostile_tokenizers_are_package_errors):
+        dst = root / f"p{next(n)}"
+        out.append((f"tokenizer {message}", th.edited_tokenizer(ed_package, dst, edit)))
+    split = {"type": "Split", "pattern": {"Regex": "(\\w+\\s?)+$"}, "behavior": "Isolated",
+             "invert": False}  # fmt: skip
+    catastrophic = th.edited_tokenizer(
+        ed_package, root / "catastrophic", lambda t: t.update(pre_tokenizer=split)
+    )
+    out.append(("tokenizer catastrophic regex", catastrophic))
+    for key, value, _ in _params(th.test_config_sizes_are_checked_against_the_graphs):
+        tampered(lm_package, tr._set(f"model.{key}", value), f"lm model.{key} {value}")
+    for name in ("config.json", "golden.json", "generation_config.json"):
+        dst = root / f"p{next(n)}"
+        shutil.copytree(ed_package, dst)
+        if name == "config.json":
+            (dst / name).write_text(th.nested(100_000, "1"))
+        else:
+            th.rewrite(dst, name, th.nested(100_000, "1"))
+        out.append((f"nested {name}", dst))
+    # issue 50's JS cases: special ids, sizes, missing keys, generation_config.json
+    for path, value in [("special_tokens.bos_id", -1), ("special_tokens.eos_id", KeyError),
+                        ("model.vocab_size", 100), ("model.max_position_embeddings", 16),
+                        ("model.hidden_size", KeyError), ("model.num_attention_heads", KeyError),
+                        ("variants.fp32.files", KeyError), ("graphs", KeyError),
+                        ("model.activation", "swish"), ("model.unknown_key", 1),
+                        ("extra_top_level_key", 1)]:  # fmt: skip
+        tampered(lm_package, tr._set(path, value), f"lm {path} {value}")
+    gen = json.loads((lm_package / "generation_config.json").read_text())
+    for name, change in [("max_new_tokens 0", {"max_new_tokens": 0}),
+                         ("100,000 eos ids", {"eos_token_id": list(range(100_000))}),
+                         ("eos id beyond vocab", {"eos_token_id": [2, 10**6]}),
+                         ("num_beams 10**6", {"num_beams": 10**6}),
+                         ("top_p 2", {"do_sample": True, "top_p": 2.0}),
+                         ("unapplied field", {"typical_p": 0.5}),
+                         ("beams 3", {"num_beams": 3})]:  # fmt: skip
+        dst = root / f"p{next(n)}"
+        shutil.copytree(lm_package, dst)
+        th.rewrite(dst, "generation_config.json", json.dumps(gen | change))
+        out.append((f"generation_config {name}", dst))
+    return out
+
+
+def python_verdict(pkg: Path, texts: list[str]) -> tuple[str, list[str] | str]:
+    """("ok", outputs) or ("refused", message): the Python runtime loads and decodes."""
+    from edgeformer.runtime import PackageError
+
+    try:
+        config = json.loads((pkg / "config.json").read_text())
+        lm = config.get("family") == "decoder-only"
+    except Exception:
+        lm = False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if lm:
+                return "ok", Generator(pkg).generate_batch(texts, max_new_tokens=4)
+            return "ok", Translator(pkg).translate_batch(texts, max_new_tokens=4)
+    except (PackageError, ValueError) as e:
+        return "refused", str(e)
+
+
+def test_js_gives_the_python_runtimes_verdicts(node, ed_package, lm_package, tmp_path):
+    """Every hostile package the Python runtime's tests build (and issue 50's JS cases): the
+    JS runtime refuses it with a PackageError or RangeError (a clear one-line error, exit 2 in
+    the CLI) exactly when the Python runtime refuses it, on onnxruntime-node and on wasm; and
+    where both accept it, the outputs are equal. No case may end in another exception (a
+    TypeError from a missing key) or hang (a catastrophic tokenizer regex)."""
+    texts = ["two dogs play in the snow .", "a man"]
+    cases = hostile_packages(ed_package, lm_package, tmp_path)
+    want = {str(pkg): (name, *python_verdict(pkg, texts)) for name, pkg in cases}
+    runs = [dict(package=str(pkg), backend=b, variant="fp32", call="run", inputs=texts,
+                 max_new_tokens=4, options={"scores": False}) for _, pkg in cases
+            for b in ("node", "wasm")]  # fmt: skip
+    problems = []
+    for case in run_js(node, runs, errors=True, timeout=600):
+        name, verdict, detail = want[case["package"]]
+        where = f"{name} on {case['backend']}"
+        if "error" in case:
+            if case["kind"] not in ("PackageError", "RangeError"):
+                problems.append(f"{where}: JS crashed with {case['kind']}: {case['error']}")
+            elif verdict == "ok":
+                problems.append(f"{where}: JS refused ({case['error']}), Python accepted")
+            elif "\n" in case["error"]:
+                problems.append(f"{where}: not one line: {case['error']!r}")
+        elif verdict == "refused":
+            problems.append(f"{where}: JS accepted, Python refused ({detail})")
+        elif [line["text"] for line in case["lines"]] != detail:
+            problems.append(f"{where}: outputs differ")
+    assert not problems, "\n".join(problems)
+    assert sum(v[1] == "refused" for v in want.values()) >= 40  # the cases did hit
+
+
+REGEX_CASES = [
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    " {2,}", "\\s+", "[{}]", "a{b", "(?<name>x)y", "(?#c)a", "(?i)a+", "[[a]b]+", "\\x{263a}+",
+    "(a+)+$", "(a|a)*b", "(\\w+\\s?)+$", "((ab)*)+", "(x)\\1", "a{1,100000}", "(?:a|b|ab)+c",
+    "(a*)*", "((a)?b?)+", "a*a*a*a*b", "a*a*a*b", "(?(1)a|b)", "(?~ab)", "\\k<n>", "\\g<1>",
+    "(a", "[ab", "a)", "\\", "*a", "a{2}{3}", "(" * 40 + ")" * 40, "x" * 5000,
+]  # fmt: skip
+
+
+# REGEX_CASES the rule accepts (real tokenizers' patterns; `?` and three repetitions in a row
+# are bounded); every other case is refused
+REGEX_ACCEPTED = {*REGEX_CASES[:11], "((a)?b?)+", "a*a*a*b"}
+
+
+def test_js_refuses_the_regexes_python_refuses(node):
+    """The tokenizer regex rule (issue 50) in the JS runtime (runtime/js/regex.mjs): real
+    tokenizers' patterns pass, catastrophic ones are refused; and its verdicts are those of the
+    Python rule (edgeformer.core.patterns, when this checkout has it)."""
+    script = (
+        "const { patternProblem } = await import(process.argv[1]);"
+        "console.log(JSON.stringify(JSON.parse(process.argv[2]).map(patternProblem)));"
+    )
+    cmd = [node, "--input-type=module", "-e", script, (JS / "regex.mjs").as_uri(),
+           json.dumps(REGEX_CASES)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = dict(zip(REGEX_CASES, json.loads(run.stdout)))
+    assert {p for p, why in got.items() if why is None} == REGEX_ACCEPTED
+    try:
+        patterns = importlib.import_module("edgeformer.core.patterns")
+    except ImportError:
+        pytest.skip("edgeformer.core.patterns (issue 50's Python rule) is not in this checkout")
+    for pattern, why in got.items():
+        assert (why is None) == (patterns.pattern_problem(pattern) is None), pattern[:60]

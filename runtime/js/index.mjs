@@ -221,7 +221,7 @@ export async function loadPackage(source, options = {}) {
       tokenizerError ??= `${file} cannot be read by @huggingface/tokenizers (${String(e.message ?? e).slice(0, 200)})`;
       continue;
     }
-    const top = Math.max(-1, ...Object.values(tok.get_vocab(true)));
+    const top = Math.max(tokenIds(data), ...Object.values(tok.get_vocab(true)));
     if (top >= model.vocab_size) {
       throw new PackageError(`${where}: ${file} has token id ${top}, beyond the model's vocabulary of ${model.vocab_size}`);
     }
@@ -297,6 +297,16 @@ export async function loadPackage(source, options = {}) {
     ort, backend, cfg, model, variant, variantReason, defaults, ignored, tokenizers, tokenizerError, graphs, cacheMode,
     where, tokenizerConfig: FILES.tokenizer_config in cfg.files ? parseJson(await read(FILES.tokenizer_config), `${where}: ${FILES.tokenizer_config}`) : null,
   }); // prettier-ignore
+}
+
+/** The largest token id a tokenizer.json declares (its model's vocabulary, added tokens). */
+function tokenIds(data) {
+  let top = -1;
+  const vocab = data?.model?.vocab;
+  if (Array.isArray(vocab)) top = vocab.length - 1; // Unigram: [piece, score] by id
+  else if (vocab && typeof vocab === "object") for (const v of Object.values(vocab)) if (typeof v === "number" && v > top) top = v;
+  for (const t of Array.isArray(data?.added_tokens) ? data.added_tokens : []) if (typeof t?.id === "number" && t.id > top) top = t.id;
+  return top;
 }
 
 /** A graph's external data files (each must be listed) and metadata, from its bytes. */

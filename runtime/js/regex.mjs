@@ -1,133 +1,232 @@
-// Tokenizer regexes that could hang encoding, refused at load (issue 50: a hostile
-// tokenizer.json must not block the event loop). JavaScript's RegExp, like Oniguruma in the
-// Python tokenizers library, backtracks: a repeated group whose body can match the same text
-// in several ways, `(a+)+`, `(a|a)*`, `(\w+\s?)+$`, takes time exponential in the input. The
-// rule (the same in the Python runtime: /work/notes/issue50-js-helper.md) refuses
-//   - a pattern longer than MAX_PATTERN_CHARS,
-//   - a backreference (\1 .. \9, \k<name>),
-//   - a group repeated by *, +, {n,} or {n,m} (m > 1) whose body holds a quantifier or an
-//     alternation (star height > 1, or a repeated choice),
-//   - a counted repetition above MAX_REPEAT.
-// Every pre-tokenizer and normalizer pattern of the tokenizers Hugging Face ships (GPT-2,
-// Llama 3, Qwen 2, Gemma, BERT, Marian) passes: their repeated groups hold single classes.
+// Bounds on the regular expressions a tokenizer.json carries: the Python runtime's rule
+// (edgeformer.core.patterns, issue 50), ported line by line so that both runtimes refuse the
+// same files. A JavaScript RegExp never gives up on a catastrophic pattern (the event loop
+// hangs; Oniguruma in the Python library panics after millions of steps), and a package's probe
+// text does not trigger one: the first matching input would. So a pattern is refused when the
+// file is read, by a structural bound every real tokenizer's patterns meet:
+//
+// 1. a pattern is a string of at most MAX_PATTERN_CHARS characters;
+// 2. no backreference (\1..\9, \k<..>), subroutine call (\g<..>), conditional (?(..)..) or
+//    absent operator (?~..);
+// 3. every counted repetition {n}, {n,}, {n,m}, {,m} has n, m <= MAX_REPEAT_COUNT;
+// 4. a repeated group (under *, +, {n,} or {n,m} with m >= 2) holds no repetition and no
+//    alternation: no (a+)+, (a*)*, (a|aa)+, a{2}{3};
+// 5. at most MAX_DEGREE repetitions follow one another along any path (a*a*a*a*b: degree 4);
+// 6. groups nest at most MAX_NESTING deep; a pattern this module cannot read is refused.
+// tests/test_js.py runs the same patterns through both and requires the same verdicts.
 
-export const MAX_PATTERN_CHARS = 2000;
-export const MAX_REPEAT = 1000;
+export const MAX_PATTERN_CHARS = 4096;
+export const MAX_REPEAT_COUNT = 100;
+export const MAX_DEGREE = 3;
+export const MAX_NESTING = 32;
 
-/** Why a regex pattern could take exponential time (a sentence), or null. */
-export function patternProblem(pattern) {
-  if (pattern.length > MAX_PATTERN_CHARS) return `a regex of ${pattern.length} characters (at most ${MAX_PATTERN_CHARS})`;
-  // one frame per open group: whether its body holds a quantifier / an alternation
-  const stack = [{ quantified: false, alternation: false }];
-  let i = 0;
-  /** The quantifier at pattern[i] (null: none): {repeats, length}. */
-  const quantifier = (at) => {
-    const c = pattern[at];
-    if (c === "*" || c === "+") return { repeats: true, length: 1 };
-    if (c === "?") return { repeats: false, length: 1 };
-    if (c === "{") {
-      const m = /^\{(\d*)(,?)(\d*)\}/.exec(pattern.slice(at));
-      if (!m || (m[1] === "" && m[3] === "")) return null; // a literal brace
-      const low = Number(m[1] || 0);
-      const high = m[2] ? (m[3] === "" ? Infinity : Number(m[3])) : low;
-      if (Math.max(low, high === Infinity ? 0 : high) > MAX_REPEAT) return { error: `a counted repetition ${m[0]} above ${MAX_REPEAT}` };
-      return { repeats: high > 1, length: m[0].length };
+class PatternRefused extends Error {}
+
+const refuse = (msg) => {
+  throw new PatternRefused(msg);
+};
+const isDigits = (s) => /^[0-9]+$/.test(s);
+const repr = (s) => `'${s}'`;
+
+/** [min, max (null: unbounded), index after] of a quantifier at p[i], or null. */
+function quantifier(p, i) {
+  const c = i < p.length ? p[i] : "";
+  let lo;
+  let hi;
+  let end;
+  if (c && "*+?".includes(c)) {
+    [lo, hi] = { "*": [0, null], "+": [1, null], "?": [0, 1] }[c];
+    end = i + 1;
+  } else if (c === "{") {
+    const close = p.indexOf("}", i);
+    const body = close > 0 ? p.slice(i + 1, close) : "";
+    const parts = body.split(",");
+    if (close < 0 || parts.length > 2 || !parts.every((x) => isDigits(x) || x === "")) return null;
+    if (parts.every((x) => x === "")) return null;
+    lo = parts[0] ? Number(parts[0]) : 0;
+    hi = parts.length === 1 ? lo : parts[1] ? Number(parts[1]) : null;
+    for (const n of [lo, hi]) {
+      if (n !== null && n > MAX_REPEAT_COUNT) {
+        refuse(`repetition count ${n} in ${repr(p.slice(i, close + 1))} is over ${MAX_REPEAT_COUNT}`);
+      }
     }
-    return null;
-  };
-  const afterAtom = (at) => {
-    // an atom ended before `at`: a quantifier there marks the enclosing group
-    const q = quantifier(at);
-    if (!q) return [at, null];
-    if (q.error) return [at, q.error];
-    stack[stack.length - 1].quantified = true;
-    let j = at + q.length;
-    if (pattern[j] === "?" || pattern[j] === "+") j++; // lazy / possessive
-    return [j, null];
-  };
-  while (i < pattern.length) {
-    const c = pattern[i];
-    let problem = null;
+    end = close + 1;
+  } else return null;
+  if (end < p.length && "?+".includes(p[end])) end += 1; // lazy or possessive
+  return [lo, hi, end];
+}
+
+function classEnd(p, i) {
+  let j = i + 1;
+  let depth = 1;
+  if (j < p.length && p[j] === "^") j += 1;
+  if (j < p.length && p[j] === "]") j += 1;
+  while (j < p.length) {
+    const c = p[j];
     if (c === "\\") {
-      const n = pattern[i + 1] ?? "";
-      if (/[1-9]/.test(n) || n === "k") return "a backreference (its matching time is unbounded)";
-      let j = i + 2;
-      if ((n === "p" || n === "P") && pattern[j] === "{") j = pattern.indexOf("}", j) + 1 || pattern.length;
-      else if (n === "x" && pattern[j] === "{") j = pattern.indexOf("}", j) + 1 || pattern.length;
-      else if (n === "u" && pattern[j] === "{") j = pattern.indexOf("}", j) + 1 || pattern.length;
-      [i, problem] = afterAtom(j);
-    } else if (c === "[") {
-      let j = i + 1;
-      if (pattern[j] === "^") j++;
-      if (pattern[j] === "]") j++;
-      let depth = 1;
-      while (j < pattern.length && depth > 0) {
-        if (pattern[j] === "\\") j += 2;
-        else {
-          if (pattern[j] === "[") depth++;
-          else if (pattern[j] === "]") depth--;
-          j++;
-        }
-      }
-      [i, problem] = afterAtom(j);
-    } else if (c === "(") {
-      stack.push({ quantified: false, alternation: false });
-      i++;
-      if (pattern[i] === "?") {
-        // (?:  (?=  (?!  (?<=  (?<!  (?<name>  (?i:  (?i)
-        i++;
-        while (i < pattern.length && !":=!)".includes(pattern[i]) && pattern[i] !== ">") {
-          if (pattern[i] === "<" && (pattern[i + 1] === "=" || pattern[i + 1] === "!")) {
-            i++;
-            break;
-          }
-          i++;
-        }
-        if (pattern[i] === ")") {
-          stack.pop(); // an inline flag group (?i): no body
-          i++;
-          continue;
-        }
-        i++;
-      }
-    } else if (c === ")") {
-      const group = stack.length > 1 ? stack.pop() : { quantified: false, alternation: false };
-      const q = quantifier(i + 1);
-      if (q?.error) return q.error;
-      if (q?.repeats && (group.quantified || group.alternation)) {
-        const what = group.quantified ? "a quantifier" : "an alternation";
-        return `a repeated group holding ${what} (nested repetition: matching can take exponential time)`;
-      }
-      const parent = stack[stack.length - 1];
-      parent.quantified ||= group.quantified || !!q;
-      parent.alternation ||= group.alternation && !q; // an unquantified group's choice is the parent's
-      [i, problem] = afterAtom(i + 1);
-    } else if (c === "|") {
-      stack[stack.length - 1].alternation = true;
-      i++;
-    } else {
-      [i, problem] = afterAtom(i + 1);
+      j += 2;
+      continue;
     }
-    if (problem) return problem;
+    if (c === "[") depth += 1;
+    else if (c === "]") {
+      depth -= 1;
+      if (depth === 0) return j + 1;
+    }
+    j += 1;
+  }
+  return refuse(`the character class at offset ${i} is not closed`);
+}
+
+const REFUSED_ESCAPES = { k: "a named backreference (\\k)", g: "a subroutine call (\\g)" };
+
+function escapeEnd(p, i) {
+  if (i + 1 >= p.length) refuse("the pattern ends with a lone backslash");
+  const c = p[i + 1];
+  if ("123456789".includes(c)) refuse(`backreference \\${c} at offset ${i} (matching becomes exponential)`);
+  if (c in REFUSED_ESCAPES) refuse(`${REFUSED_ESCAPES[c]} at offset ${i}`);
+  if ("pPx".includes(c) && i + 2 < p.length && p[i + 2] === "{") {
+    const close = p.indexOf("}", i + 2);
+    if (close < 0) refuse(`the escape at offset ${i} is not closed`);
+    return close + 1;
+  }
+  return i + 2;
+}
+
+/** [index where the body starts, whether it is a group at all] for p[i] === "(". */
+function groupStart(p, i) {
+  if (!p.startsWith("(?", i)) return [i + 1, true];
+  const rest = p.slice(i + 2);
+  if (rest.startsWith("#")) {
+    const close = p.indexOf(")", i);
+    if (close < 0) refuse(`the comment at offset ${i} is not closed`);
+    return [close + 1, false];
+  }
+  if (rest.startsWith("(")) refuse(`a conditional group (?(...) at offset ${i}`);
+  if (rest.startsWith("~")) refuse(`an absent operator (?~...) at offset ${i}`);
+  if (rest.startsWith("P=") || rest.startsWith("P>") || rest.startsWith("R") || /^[0-9]/.test(rest)) {
+    refuse(`a backreference or recursion at offset ${i}`);
+  }
+  for (const opener of [":", "=", "!", "<=", "<!", ">"]) if (rest.startsWith(opener)) return [i + 2 + opener.length, true];
+  for (const [opener, closer] of [["<", ">"], ["P<", ">"], ["'", "'"]]) {
+    if (rest.startsWith(opener)) {
+      const close = p.indexOf(closer, i + 2 + opener.length);
+      if (close < 0) refuse(`the group name at offset ${i} is not closed`);
+      return [close + 1, true];
+    }
+  }
+  let j = i + 2;
+  while (j < p.length && (/^\p{L}$/u.test(p[j]) || p[j] === "-")) j += 1;
+  if (j < p.length && p[j] === ":") return [j + 1, true];
+  if (j < p.length && p[j] === ")") return [j + 1, false];
+  return refuse(`the group at offset ${i} is not one edgeformer reads`);
+}
+
+const node = (repeats = false, alternates = false, degree = 0) => ({ repeats, alternates, degree });
+
+class Parser {
+  constructor(pattern) {
+    this.p = pattern;
+    this.i = 0;
+  }
+
+  alternation(depth) {
+    if (depth > MAX_NESTING) refuse(`groups nest more than ${MAX_NESTING} deep`);
+    const branches = [this.sequence(depth)];
+    while (this.i < this.p.length && this.p[this.i] === "|") {
+      this.i += 1;
+      branches.push(this.sequence(depth));
+    }
+    return node(
+      branches.some((b) => b.repeats),
+      branches.length > 1 || branches.some((b) => b.alternates),
+      Math.max(...branches.map((b) => b.degree)),
+    );
+  }
+
+  sequence(depth) {
+    const n = node();
+    const p = this.p;
+    while (this.i < p.length && !"|)".includes(p[this.i])) {
+      const start = this.i;
+      const item = this.atom(depth);
+      if (item === null) continue;
+      n.repeats ||= item.repeats;
+      n.alternates ||= item.alternates;
+      n.degree += item.degree;
+      if (n.degree > MAX_DEGREE) {
+        refuse(`more than ${MAX_DEGREE} repetitions follow one another (at offset ${start}): matching time grows as a power of the input's length`);
+      }
+    }
+    return n;
+  }
+
+  atom(depth) {
+    const p = this.p;
+    const i = this.i;
+    const c = p[i];
+    let inner;
+    if (c === "(") {
+      const [body, isGroup] = groupStart(p, i);
+      this.i = body;
+      if (!isGroup) return null;
+      inner = this.alternation(depth + 1);
+      if (this.i >= p.length || p[this.i] !== ")") refuse(`the group at offset ${i} is not closed`);
+      this.i += 1;
+    } else if (c === "[") {
+      this.i = classEnd(p, i);
+      inner = node();
+    } else if (c === "\\") {
+      this.i = escapeEnd(p, i);
+      inner = node();
+    } else {
+      if ("*+?".includes(c) || (c === "{" && quantifier(p, i) !== null)) refuse(`a quantifier with nothing to repeat at offset ${i}`);
+      this.i = i + 1;
+      inner = node();
+    }
+    for (let q = quantifier(p, this.i); q !== null; q = quantifier(p, this.i)) {
+      const [, hi, end] = q;
+      if (hi === null || hi > 1) {
+        if (inner.repeats || inner.alternates) {
+          const what = inner.repeats ? "a repetition" : "an alternation";
+          refuse(`${repr(p.slice(i, end))} at offset ${i} repeats ${what} (nested repetition backtracks exponentially)`);
+        }
+        inner = node(true, false, Math.max(inner.degree, 1));
+      }
+      this.i = end;
+    }
+    return inner;
+  }
+}
+
+/** Why a tokenizer regex is refused (the rule above), or null. */
+export function patternProblem(pattern) {
+  if (typeof pattern !== "string") return `a pattern must be a string, got ${pattern === null ? "NoneType" : typeof pattern}`;
+  if (pattern.length > MAX_PATTERN_CHARS) return `the pattern has ${pattern.length} characters, over ${MAX_PATTERN_CHARS}`;
+  const parser = new Parser(pattern);
+  try {
+    parser.alternation(0);
+    if (parser.i < pattern.length) refuse(`unbalanced ')' at offset ${parser.i}`);
+  } catch (e) {
+    if (e instanceof PatternRefused) return e.message;
+    throw e;
   }
   return null;
 }
 
-/** Why a tokenizer.json's regexes could hang encoding (the first bad one), or null: every
- * {"Regex": pattern} in it (pre-tokenizers, normalizers, decoders, at any depth). */
-export function regexProblem(tokenizer) {
-  const seen = [tokenizer];
-  while (seen.length) {
-    const node = seen.pop();
-    if (Array.isArray(node)) seen.push(...node);
-    else if (node && typeof node === "object") {
-      for (const [k, v] of Object.entries(node)) {
-        if (k === "Regex") {
-          if (typeof v !== "string") return "a Regex that is not a string";
-          const why = patternProblem(v);
-          if (why) return `its regex ${JSON.stringify(v.slice(0, 60))}: ${why}`;
-        } else seen.push(v);
+/** The first refused Regex entry of a parsed tokenizer.json as "PATH: why", or null. */
+export function regexProblem(data) {
+  if (!data || typeof data !== "object" || Array.isArray(data)) return null;
+  const stack = Object.entries(data).filter(([k]) => k !== "model" && k !== "added_tokens");
+  while (stack.length) {
+    const [path, n] = stack.pop();
+    if (Array.isArray(n)) {
+      for (let k = n.length - 1; k >= 0; k--) if (n[k] && typeof n[k] === "object") stack.push([`${path}[${k}]`, n[k]]);
+    } else if (n && typeof n === "object") {
+      if ("Regex" in n) {
+        const problem = patternProblem(n.Regex);
+        if (problem) return `${path ? `${path}.Regex` : "Regex"}: ${problem}`;
       }
+      for (const [k, v] of Object.entries(n).reverse()) if (v && typeof v === "object") stack.push([path ? `${path}.${k}` : k, v]);
     }
   }
   return null;
