@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import warnings
@@ -69,8 +70,10 @@ console.log(JSON.stringify(out));
 def node() -> str:
     """The node executable, with runtime/js's dependencies installed (else the test skips)."""
     exe = shutil.which("node")
+    # `make test` sets EDGEFORMER_REQUIRE_JS=1 after `make js`: CI fails rather than skips
+    skip = pytest.fail if os.environ.get("EDGEFORMER_REQUIRE_JS") == "1" else pytest.skip
     if exe is None:
-        pytest.skip("node is not on PATH: the JavaScript runtime (runtime/js) is not tested")
+        skip("node is not on PATH: the JavaScript runtime (runtime/js) is not tested")
     modules = JS / "node_modules"
     needed = ("onnxruntime-node", "onnxruntime-web", "@huggingface/tokenizers")
     if not all((modules / name).is_dir() for name in needed):
@@ -79,7 +82,7 @@ def node() -> str:
         cmd = [npm or "npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--offline"]
         done = npm is not None and subprocess.run(cmd, cwd=JS, capture_output=True, timeout=120)
         if not done or done.returncode != 0:
-            pytest.skip(
+            skip(
                 "runtime/js/node_modules is missing and npm's cache cannot install it offline: "
                 "run `make js` (it needs the npm registry once)"
             )
@@ -652,3 +655,30 @@ def test_js_refuses_the_regexes_python_refuses(node):
         pytest.skip("edgeformer.core.patterns (issue 50's Python rule) is not in this checkout")
     for pattern, why in got.items():
         assert (why is None) == (patterns.pattern_problem(pattern) is None), pattern[:60]
+
+
+def test_js_checks_external_data_in_any_field_order(node, ed_package, tmp_path):
+    """A graph whose external_data entries name an unlisted file with the protobuf fields in the
+    other order (value before key: what a byte search for one encoding misses) is refused on
+    node, where onnxruntime would open the file itself; and the CLI's bounds (threads,
+    max_new_tokens 0) are one-line errors with exit status 2."""
+    from edgeformer.core.files import sha256
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ed_package, pkg)
+    shutil.copyfile(pkg / "weights.data", pkg / "weights.dat2")
+    graph = (pkg / "decoder.onnx").read_bytes()
+    entry = b"\x0a\x08location\x12\x0cweights.data"
+    assert entry in graph
+    swapped = b"\x12\x0cweights.dat2\x0a\x08location"
+    (pkg / "decoder.onnx").write_bytes(graph.replace(entry, swapped))
+    config = json.loads((pkg / "config.json").read_text())
+    config["files"]["decoder.onnx"] = sha256(pkg / "decoder.onnx")
+    (pkg / "config.json").write_text(json.dumps(config))
+    run = cli(node, str(pkg), "--ids", "5,2")
+    assert run.returncode == 2, run.stderr
+    assert 'decoder.onnx reads the weights file "weights.dat2"' in run.stderr, run.stderr
+    for args in (["--threads", "100000"], ["--max-new-tokens", "0"], ["--beam", "1000000"],
+                 ["--top-p", "2"], ["--temperature", "nan"]):  # fmt: skip
+        run = cli(node, str(ed_package), "--ids", "5,2", *args)
+        assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, (args, run.stderr)

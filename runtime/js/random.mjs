@@ -64,7 +64,9 @@ export class PCG64 {
   constructor(seed = null) {
     if (seed === null) {
       const fresh = new Uint32Array(4);
-      globalThis.crypto.getRandomValues(fresh);
+      // Node 18 has no global crypto without a flag: Math.random's entropy is enough for a seed
+      if (globalThis.crypto?.getRandomValues) globalThis.crypto.getRandomValues(fresh);
+      else for (let i = 0; i < 4; i++) fresh[i] = Math.floor(Math.random() * 2 ** 32);
       seed = fresh.reduce((acc, w) => (acc << 32n) | BigInt(w), 0n);
     }
     const w = seedState(words(seed), 8); // generate_state(4, uint64): little-endian word pairs
