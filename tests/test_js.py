@@ -12,8 +12,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
+import urllib.parse
 import warnings
 from pathlib import Path
 
@@ -229,63 +231,70 @@ def test_js_refuses_what_it_cannot_run(node, lm_package, tmp_path):
     assert run.returncode == 2 and "refeed" in run.stderr, run.stderr
 
 
-PAGE = """<!doctype html>
-<meta charset="utf-8" />
-<script type="importmap">
-  {"imports": {
-    "onnxruntime-web": "/js/node_modules/onnxruntime-web/dist/ort.min.mjs",
-    "@huggingface/tokenizers": "/js/node_modules/@huggingface/tokenizers/dist/tokenizers.min.mjs"
-  }}
-</script>
-<pre id="out">loading</pre>
-<script type="module">
-  const out = document.getElementById("out");
-  try {
-    const { loadPackage } = await import("/js/index.mjs");
-    const model = await loadPackage(new URL("/pkg/", location.href), { variant: "fp32" });
-    const lines = await model.run(TEXTS, { maxNewTokens: 8 });
-    out.textContent = "RESULT" + JSON.stringify({ backend: model.backend, lines }) + "END";
-  } catch (e) {
-    out.textContent = "ERROR" + String(e && e.stack || e) + "END";
-  }
-</script>
-"""
-
-
-def test_js_in_a_browser_page(node, ed_package, tmp_path):
-    """The runtime in a real page: headless Chromium loads index.mjs, onnxruntime-web and the
-    package over HTTP (the weights fetched and passed as externalData) and translates as the
-    Python runtime does. Skipped when no Chromium is installed (Debian: apt-get install
-    chromium)."""
-    import functools
-    import html
-    import http.server
-    import threading
-
+def chromium() -> str:
     found = [shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")]
     browser = next((b for b in found if b), None)
     if browser is None:
-        pytest.skip("no chromium on PATH: the browser page is not tested")
+        pytest.skip(
+            "no chromium on PATH: the browser page is not tested (apt-get install chromium)"
+        )
+    return browser
+
+
+def open_page(root: Path, path: str, profile: Path, flags: tuple[str, ...] = ()) -> str:
+    """The DOM of a page served from `root` once its script set the title (headless Chromium)."""
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                          ".mjs": "text/javascript"}  # fmt: skip
+
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(Handler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{path}"
+        args = ["--headless=new", "--no-sandbox", "--virtual-time-budget=60000", *flags]
+        cmd = [chromium(), *args, f"--user-data-dir={profile}", "--dump-dom", url]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    finally:
+        server.shutdown()
+    return run.stdout + "\n" + run.stderr[-2000:]
+
+
+def page_result(dom: str) -> dict:
+    import html
+
+    assert "<title>DONE</title>" in dom, dom[-3000:]
+    found = re.search(r'data-result="([^"]*)"', dom)
+    assert found, dom[-3000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_js_example_page_translates_in_a_browser(node, ed_package, tmp_path):
+    """The example page (runtime/js/example/index.html, static HTML + the package) in headless
+    Chromium: it loads index.mjs, onnxruntime-web and the package over HTTP (the weights
+    fetched and passed as externalData) and translates with 4 beams as the Python runtime does.
+    Skipped when no Chromium is installed (Debian: apt-get install chromium)."""
+    chromium()
     root = tmp_path / "site"
     root.mkdir()
     (root / "js").symlink_to(JS)
     (root / "pkg").symlink_to(ed_package)
-    (root / "index.html").write_text(PAGE.replace("TEXTS", json.dumps(TEXTS)))
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
-        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=60000"]
-        cmd = [browser, *args, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    finally:
-        server.shutdown()
-    dom = run.stdout
-    assert "RESULT" in dom, (dom[-2000:], run.stderr[-2000:])
-    result = json.loads(html.unescape(dom.split("RESULT", 1)[1].split("END", 1)[0]))
-    want = Translator(ed_package, variant="fp32").translate_batch(TEXTS, max_new_tokens=8)
+    query = urllib.parse.urlencode(
+        {"package": "/pkg/", "text": "\n".join(TEXTS[:2]), "beams": 4, "max_new_tokens": 8,
+         "auto": 1}
+    )  # fmt: skip
+    result = page_result(open_page(root, f"js/example/index.html?{query}", tmp_path / "p",
+                                   ("--disable-gpu",)))  # fmt: skip
+    want = Translator(ed_package, variant="fp32").translate_batch(
+        TEXTS[:2], max_new_tokens=8, num_beams=4
+    )
     assert result["backend"] == "wasm"
     assert [line["text"] for line in result["lines"]] == want
 
@@ -682,3 +691,75 @@ def test_js_checks_external_data_in_any_field_order(node, ed_package, tmp_path):
                  ["--top-p", "2"], ["--temperature", "nan"]):  # fmt: skip
         run = cli(node, str(ed_package), "--ids", "5,2", *args)
         assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, (args, run.stderr)
+
+
+# ---------------------------------------------------------------- the npm package (item 5)
+
+APP = """
+import { loadPackage, PackageError } from "edgeformer-runtime";
+import CONTRACT from "edgeformer-runtime/contract";
+const model = await loadPackage(process.argv[2], { variant: "fp32", threads: 1 });
+const lines = await model.run(JSON.parse(process.argv[3]), { numBeams: 2, maxNewTokens: 8 });
+console.log(JSON.stringify({ texts: lines.map((l) => l.text), version: CONTRACT.format_version,
+                             error: typeof PackageError }));
+"""
+
+
+PKG = "edgeformer-runtime"
+
+
+def app_lock(tgz: str) -> dict:
+    """A fresh project's package-lock.json: the tarball, and the versions runtime/js's lock
+    pins for its dependencies (what a project that installed it online would hold)."""
+    lock = json.loads((JS / "package-lock.json").read_text())
+    meta = json.loads((JS / "package.json").read_text())
+    packages = {
+        "": {"name": "app", "dependencies": {PKG: tgz}},
+        f"node_modules/{PKG}": {
+            "version": meta["version"], "resolved": tgz, "dependencies": meta["dependencies"],
+            "bin": meta["bin"], "engines": meta["engines"],
+        },
+    }  # fmt: skip
+    packages |= {k: v for k, v in lock["packages"].items() if k}
+    return {"name": "app", "lockfileVersion": 3, "requires": True, "packages": packages}
+
+
+def test_npm_pack_installs_offline_in_a_fresh_project(node, ed_package, tmp_path):
+    """`npm pack` gives a tarball that a fresh Node project installs without the network (its
+    dependencies at the versions of runtime/js's lock, from npm's cache) and runs: it
+    translates with beams as the Python runtime does; the tarball holds the types (index.d.ts)
+    and they declare every export."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not on PATH")
+    pack = subprocess.run([npm, "pack", "--json", "--pack-destination", str(tmp_path)], cwd=JS,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert pack.returncode == 0, pack.stderr
+    info = json.loads(pack.stdout)[0]
+    packed = {f["path"] for f in info["files"]}
+    assert {"index.mjs", "index.d.ts", "contract.mjs", "example/index.html"} <= packed, packed
+    app = tmp_path / "app"
+    app.mkdir()
+    tgz = f"file:../{info['filename']}"
+    (app / "package.json").write_text(json.dumps(
+        {"name": "app", "private": True, "type": "module", "dependencies": {PKG: tgz}}
+    ))  # fmt: skip
+    (app / "package-lock.json").write_text(json.dumps(app_lock(tgz)))
+    # npm ci from the lock: the dependencies' tarballs come from npm's cache (make js filled it)
+    install = [npm, "ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund"]
+    run = subprocess.run(install, cwd=app, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (app / "app.mjs").write_text(APP)
+    cmd = [node, "app.mjs", str(ed_package), json.dumps(TEXTS[:2])]
+    run = subprocess.run(cmd, cwd=app, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    want = Translator(ed_package, variant="fp32").translate_batch(
+        TEXTS[:2], max_new_tokens=8, num_beams=2
+    )
+    assert got == {"texts": want, "version": 5, "error": "function"}
+    types = (app / "node_modules/edgeformer-runtime/index.d.ts").read_text()
+    script = "import('edgeformer-runtime').then((m) => console.log(JSON.stringify(Object.keys(m))))"
+    run = subprocess.run([node, "-e", script], cwd=app, capture_output=True, text=True, timeout=60)
+    for name in json.loads(run.stdout):
+        assert re.search(rf"export (declare )?(function|class|const) {name}\b", types), name
