@@ -763,3 +763,75 @@ def test_npm_pack_installs_offline_in_a_fresh_project(node, ed_package, tmp_path
     run = subprocess.run([node, "-e", script], cwd=app, capture_output=True, text=True, timeout=60)
     for name in json.loads(run.stdout):
         assert re.search(rf"export (declare )?(function|class|const) {name}\b", types), name
+
+
+# ---------------------------------------------------------------- chat templates (item 1)
+
+
+def test_js_chat_templates_render_and_reply_as_python(node, tmp_path):
+    """A converted instruct model's chat template (tokenizer_config.json), rendered by
+    @huggingface/jinja: the prompt of a conversation is the Python runtime's (transformers'
+    apply_chat_template) for each family's template, and the reply's ids too (greedy, and
+    sampled with a seed), on node and wasm."""
+    from chat_templates import TEMPLATES
+    from conftest import tiny_llama
+    from test_chat import chat_tokenizer
+    from test_hostile import rewrite
+
+    from edgeformer.export import export_package
+    from edgeformer.models.hf import convert_hf
+
+    tok = chat_tokenizer(tmp_path / "hf", TEMPLATES["chatml"])
+    tiny_llama(tmp_path / "hf", len(tok), bos=tok.bos_token_id, eos=tok.eos_token_id)
+    base = export_package(convert_hf(tmp_path / "hf", tmp_path / "ck"), tmp_path / "pkg",
+                          verbose=False)  # fmt: skip
+    conversation = [
+        {"role": "system", "content": "you translate"},
+        {"role": "user", "content": "hello there"},
+        {"role": "assistant", "content": "two plus two"},
+        {"role": "user", "content": "what is three"},
+    ]
+    cases, want = [], {}
+    for name in ("chatml", "gemma", "mistral", "phi3", "qwen3"):
+        pkg = tmp_path / name
+        shutil.copytree(base, pkg)
+        config = json.loads((pkg / "tokenizer_config.json").read_text())
+        config["chat_template"] = TEMPLATES[name]
+        rewrite(pkg, "tokenizer_config.json", json.dumps(config))
+        messages = conversation[1:] if name in ("mistral", "gemma") else conversation
+        g = Generator(pkg, threads=1)
+        want[name, "prompt"] = g.chat_prompt(messages)
+        want[name, "chat"] = g.chat(messages, max_new_tokens=8)
+        want[name, "sample"] = g.chat(messages, max_new_tokens=8, sampling=True, seed=2)
+        for backend in ("node", "wasm"):
+            common = dict(package=str(pkg), backend=backend, variant="fp32", inputs=messages,
+                          max_new_tokens=8, name=name)  # fmt: skip
+            cases += [{**common, "call": "prompt"}, {**common, "call": "chat", "kind_": "chat"},
+                      {**common, "call": "chat", "kind_": "sample",
+                       "options": {"sampling": True, "seed": 2}}]  # fmt: skip
+    for case in run_js(node, cases):
+        where = f"{case['name']} {case['call']} on {case['backend']}"
+        if case["call"] == "prompt":
+            assert case["prompt"] == want[case["name"], "prompt"], where
+        else:
+            assert case["text"] == want[case["name"], case["kind_"]], where
+    # hostile templates (issue 50 item 5): refused in both runtimes, in bounded time and memory
+    hostile = {
+        "huge range": "{% for i in range(100000000) %}x{% endfor %}",
+        "huge string": "{{ 'x' * 100000000 }}",
+        "js internals": "{{ ''.constructor.constructor('return process')() }}",
+        "raise": "{{ raise_exception('no system role') }}",
+    }
+    cases = []
+    for name, template in hostile.items():
+        pkg = tmp_path / f"hostile-{len(cases)}"
+        shutil.copytree(base, pkg)
+        config = json.loads((pkg / "tokenizer_config.json").read_text())
+        config["chat_template"] = template
+        rewrite(pkg, "tokenizer_config.json", json.dumps(config))
+        with pytest.raises(ValueError):
+            Generator(pkg, threads=1).chat_prompt(conversation)
+        cases.append(dict(package=str(pkg), backend="node", variant="fp32", inputs=conversation,
+                          call="prompt", name=name))  # fmt: skip
+    for case in run_js(node, cases, errors=True):
+        assert case.get("kind") == "PackageError", (case["name"], case.get("prompt", "")[:80])

@@ -534,7 +534,7 @@ export class Model {
     if (!Array.isArray(messages) || !messages.length || messages.some((m) => typeof m?.role !== "string")) {
       throw new RangeError("messages must be a non-empty list of {role, content} objects");
     }
-    const { Template } = await import("@huggingface/jinja");
+    if (source.length > MAX_TEMPLATE_CHARS) throw new PackageError(`${this.where}: the chat template is longer than ${MAX_TEMPLATE_CHARS} characters`);
     const special = {};
     for (const k of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"]) {
       const v = tc[k];
@@ -542,7 +542,7 @@ export class Model {
     }
     let text;
     try {
-      text = new Template(source).render({
+      text = await renderTemplate(source, {
         messages: messages.map((m) => Object.fromEntries(Object.entries(m).filter(([, v]) => v !== null && v !== undefined))),
         add_generation_prompt: addGenerationPrompt,
         ...special,
@@ -640,6 +640,36 @@ export class Model {
 }
 
 const MAX_PROMPT_CHARS = 1 << 21; // runtime/chat.py: above any context a package holds
+const MAX_TEMPLATE_CHARS = 1 << 20;
+const MAX_RANGE = 100_000; // jinja2's sandbox: range() of more items is an error
+
+/** A chat template rendered by @huggingface/jinja (an interpreter: no JavaScript runs) with
+ * transformers' globals; range() bounded as in jinja2's sandbox (the library's own builds any
+ * array: range(10 ** 8) exhausted the heap). */
+async function renderTemplate(source, variables) {
+  const { Environment, Interpreter, Template } = await import("@huggingface/jinja");
+  const template = new Template(source);
+  const env = new Environment();
+  const range = (start, stop, step = 1) => {
+    if (stop === undefined) [start, stop] = [0, start];
+    if (step === 0) throw new RangeError("range() step must not be zero");
+    const n = Math.max(0, Math.ceil((stop - start) / step));
+    if (n > MAX_RANGE) throw new RangeError(`range() of ${n} items (at most ${MAX_RANGE})`);
+    return Array.from({ length: n }, (_, i) => start + i * step);
+  };
+  const pad2 = (n) => String(n).padStart(2, "0");
+  const strftimeNow = (format) => {
+    const d = new Date();
+    const month = (style) => new Intl.DateTimeFormat("en", { month: style }).format(d);
+    const parts = { Y: d.getFullYear(), m: pad2(d.getMonth() + 1), d: pad2(d.getDate()), H: pad2(d.getHours()),
+                    M: pad2(d.getMinutes()), b: month("short"), B: month("long"), "%": "%" }; // prettier-ignore
+    return String(format).replace(/%([YmdbBHM%])/g, (_, k) => String(parts[k]));
+  };
+  const globals = { false: false, true: true, none: null, False: false, True: true, None: null, range,
+                    strftime_now: strftimeNow, raise_exception: (m) => { throw new Error(m); } }; // prettier-ignore
+  for (const [k, v] of Object.entries({ ...globals, ...variables })) env.set(k, v);
+  return new Interpreter(env).run(template.parsed).value;
+}
 
 /** `text` up to the first stop string found at or after `start` (whole text if none). */
 export function cutAtStop(text, stops, start = 0) {
