@@ -131,7 +131,11 @@ export async function loadPackage(source, options = {}) {
   if (!["auto", "inplace", "refeed"].includes(cache)) throw new RangeError(`cache ${cache}: expected auto, inplace or refeed`);
   if (backend !== "node" && cache === "inplace") throw new RangeError(INPLACE_ON_WEB);
   const threads = checkThreads(options.threads);
-  const ort = options.ort ?? (await import(backend === "node" ? "onnxruntime-node" : "onnxruntime-web"));
+  const ortModule = { node: "onnxruntime-node", wasm: "onnxruntime-web", webgpu: "onnxruntime-web/webgpu" }[backend];
+  const ort = options.ort ?? (await import(ortModule));
+  if (backend === "webgpu" && !globalThis.navigator?.gpu) {
+    throw new RangeError('backend "webgpu": this JavaScript environment has no WebGPU (navigator.gpu)');
+  }
   const files = await fileSource(source);
   const where = `model package ${files.name}`;
   let cfgBytes;
@@ -247,11 +251,14 @@ export async function loadPackage(source, options = {}) {
   // spinning made decoding 1.7-2.2x slower (docs/ship-node.md; the Python runtime spins the
   // decoder's threads by default)
   const providers = { node: ["cpu"], wasm: ["wasm"], webgpu: ["webgpu", "wasm"] }[backend];
-  const sessionOptions = () => ({
-    executionProviders: providers,
+  // WebGPU: onnxruntime-web 1.30's WebGPU provider has no MultiHeadAttention with a
+  // key_padding_mask (the encoder's self-attention: "not implemented for webgpu" at run, measured
+  // in Chromium), so an encoder-decoder's encoder runs on wasm and its decoder on WebGPU
+  const sessionOptions = (graph) => ({
+    executionProviders: backend === "webgpu" && graph === "encoder" ? ["wasm"] : providers,
     graphOptimizationLevel: "all",
     executionMode: "sequential",
-    logSeverityLevel: 3,
+    logSeverityLevel: options.logSeverityLevel ?? 3, // 0: verbose (which provider runs each node)
     ...(backend === "node" && threads !== undefined ? { intraOpNumThreads: threads } : {}),
     extra: {
       // the graphs keep residual Add + LayerNormalization unfused on purpose (runtime/session.py)
@@ -270,11 +277,11 @@ export async function loadPackage(source, options = {}) {
     let session;
     try {
       if (backend === "node") {
-        session = await ort.InferenceSession.create(files.path(file), sessionOptions());
+        session = await ort.InferenceSession.create(files.path(file), sessionOptions(g));
       } else {
         // onnxruntime-web cannot open files: the weights are handed over as externalData
         const externalData = weights ? [{ path: entry.weights, data: weights }] : [];
-        session = await ort.InferenceSession.create(bytes, { ...sessionOptions(), externalData });
+        session = await ort.InferenceSession.create(bytes, { ...sessionOptions(g), externalData });
       }
     } catch (e) {
       throw new PackageError(
