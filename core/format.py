@@ -54,6 +54,7 @@ from __future__ import annotations
 from .config import ModelConfig
 
 PACKAGE_FORMAT = "edgeformer-package"
+CHECKPOINT_FORMAT = "edgeformer-checkpoint"  # a training checkpoint's config.json (models/)
 FORMAT_VERSION = 5
 # 2: `model` under ModelConfig's names, no logits_3d; 3: encoder-decoder cross-attention as
 # MultiHeadAttention (no last_key/last_value, no cross presents); 4: the encoder-decoder step

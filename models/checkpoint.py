@@ -28,9 +28,9 @@ from safetensors.torch import load_model, save_model
 
 from ..core.config import ModelConfig
 from ..core.files import atomic_folder
+from ..core.format import CHECKPOINT_FORMAT
 from .transformer import DecoderOnly, EncoderDecoder, build_model
 
-CHECKPOINT_FORMAT = "edgeformer-checkpoint"
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 SOURCE_TOKENIZER = "source_tokenizer.json"  # optional
 GENERATION_CONFIG = "generation_config.json"  # optional: default decoding settings (HF's file)

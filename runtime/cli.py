@@ -7,7 +7,6 @@ torch; the others name the extra they need instead of failing with a traceback.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import logging
@@ -16,6 +15,7 @@ import sys
 import warnings
 
 from ..core.files import describe_os_error
+from ..core.flags import Parser, unknown_flags
 
 DESCRIPTION = "Train a Transformer in PyTorch, export it as an ONNX model package, run it."
 # subcommand -> (module with add_arguments(parser, command) and run(args) -> int, one-line help)
@@ -97,7 +97,7 @@ def setup_logging(level: str, command: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     level, argv = log_level(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="edgeformer", description=DESCRIPTION)
+    parser = Parser(prog="edgeformer", description=DESCRIPTION)
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extra:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            command = sub.choices[args.command]  # its flags, for the did-you-mean
+            command.error(unknown_flags(command, extra))
         args.texts = [*args.texts, *extra]
 
     def note(message, category, filename, lineno, file=None, line=None) -> None:

@@ -430,8 +430,9 @@ def package_info(path: str) -> str:
     """What `edgeformer info` prints: model, task, variants with sizes, graphs, requirements."""
     import onnxruntime as ort
 
-    from ..core.format import GENAI_CONFIG_FILE
+    from ..core.format import GENAI_CONFIG_FILE, TOKENIZER_FILE
     from .package import load_package
+    from .tokenizer import genai_tokenizer_problem
 
     pkg = load_package(path)  # checksums verified
     c = pkg.config
@@ -476,6 +477,9 @@ def package_info(path: str) -> str:
         lines.append(f"             not applied by edgeformer: {', '.join(ignored)}")
     if GENAI_CONFIG_FILE in c.files:
         lines.append(f"genai        {GENAI_CONFIG_FILE}: onnxruntime-genai can run decoder.onnx")
+        problem = genai_tokenizer_problem(pkg.path / TOKENIZER_FILE)
+        if problem is not None:
+            lines.append(f"             note: {problem}")
     ort_format = all(v.weights is None for v in c.variants.values())
     lines.append("graphs (ORT format, weights inside each)" if ort_format else "graphs")
     for graph, io in c.graphs.items():

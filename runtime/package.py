@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..core.files import recover, sha256
 from ..core.format import (
+    CHECKPOINT_FORMAT,
     CONFIG_FILE,
     GENERATION_CONFIG_FILE,
     GOLDEN_FILE,
@@ -138,6 +139,12 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     if not path.is_dir():
         raise PackageError(f"model package not found: {path} is not a folder")
     cfg_path = path / CONFIG_FILE
+    what = not_a_package(path)
+    if what is not None:
+        raise PackageError(
+            f"{path} is {what}, not a model package: export it first "
+            f"(edgeformer export {path} PACKAGE_DIR), then give PACKAGE_DIR"
+        )
     if not cfg_path.is_file():
         raise PackageError(f"model package {path} has no {CONFIG_FILE}")
     data = read_json(cfg_path, f"model package {path}: {CONFIG_FILE}")
@@ -170,3 +177,23 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
                     "not in the checksum list"
                 )
     return Package(path, config)
+
+
+def not_a_package(path: Path) -> str | None:
+    """What a folder that `edgeformer export` takes is ("a training checkpoint", ...), or None
+    for anything else: a package is expected and the user holds its source."""
+    config: object = None
+    if (path / CONFIG_FILE).is_file():
+        try:
+            config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return None
+    if isinstance(config, dict):
+        if config.get("format") == CHECKPOINT_FORMAT:
+            return "a training checkpoint"
+        if "format" not in config and ("model_type" in config or "architectures" in config):
+            return "a Hugging Face model folder"
+        return None
+    if (path / "log.jsonl").is_file() or (path / "best" / CONFIG_FILE).is_file():
+        return "a training run folder"
+    return None

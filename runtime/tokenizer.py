@@ -97,3 +97,32 @@ def guarded(call: Callable[[], T], file: str, where: str) -> T:
         raise PackageError(
             f"{where}: {file} failed on this input ({first}): its rules cannot tokenize it"
         ) from None
+
+
+def genai_tokenizer_problem(path: Path) -> str | None:
+    """Why onnxruntime-genai's og.Tokenizer would encode text differently from this
+    tokenizer.json, for the tokenizers edgeformer trains that it is known to misread (None
+    otherwise: byte-level BPE, edgeformer's ASCII character tokenizers as export writes them,
+    converted Hugging Face tokenizers).
+
+    genai (onnxruntime-extensions) reads a BPE as byte-level (GPT-2's) unless its decoder is a
+    SentencePiece one, and splits SentencePiece-style text with Llama's regex (letters apart from
+    punctuation); a Metaspace BPE trained on text split at spaces only has merges across that
+    line (`n:`), and a character tokenizer beyond ASCII has no byte-level form."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    pre, decoder = data.get("pre_tokenizer") or {}, data.get("decoder") or {}
+    if pre.get("type") == "Metaspace" and pre.get("split", True):
+        kind = "a BPE over words split at spaces (Metaspace)"
+    elif decoder.get("type") == "Fuse" and not pre:
+        kind = "characters beyond ASCII"
+    else:
+        return None
+    return (
+        f"onnxruntime-genai's og.Tokenizer does not encode this tokenizer ({kind}) as edgeformer "
+        "does: give genai token ids from the package's tokenizer.json (tokenizers)"
+    )

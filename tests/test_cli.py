@@ -28,6 +28,10 @@ def test_every_flag_says_its_default_and_meaning(command):
     for action in parser_of(command)._actions:
         if isinstance(action, argparse._HelpAction) or not action.option_strings:
             continue
+        if action.help == argparse.SUPPRESS:  # an older spelling kept as a hidden alias
+            assert any(a.dest == action.dest and a.help != argparse.SUPPRESS
+                       for a in parser_of(command)._actions), action.option_strings  # fmt: skip
+            continue
         text = action.help or ""
         assert "(default: " in text and len(text.split("(default: ")[0]) > 10, (
             command, action.option_strings, text,
@@ -184,3 +188,58 @@ def test_a_full_disk_under_stdout_says_what_was_written(ed_package, tmp_path, ca
     assert len(err.splitlines()) == 1, err
     assert "nothing was left half-written" not in err
     assert "standard output holds the first 3 bytes of the output" in err, err
+
+
+def test_a_typo_gets_one_line_with_close_matches(capsys):
+    """A mistyped preset, subcommand or flag: one error line naming what is close, not the
+    command's whole usage (train's is ~45 lines)."""
+    for argv, close in (
+        (["train", "--preset", "tinny"], "did you mean tiny?"),
+        (["train", "--preset", "multi30k-en-de-cpu-lng"], "did you mean multi30k-en-de-cpu-long"),
+        (["tranlsate", "x"], "did you mean translate?"),
+        (["translate", "pkg", "--beem", "5", "a text"], "did you mean --beam"),
+        (["generate", "pkg", "--max-new-tokns=5"], "did you mean --max-new-tokens"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and close in err, (argv, err)
+        assert len(err.strip().splitlines()) <= 2, err  # usage (when short) + the error
+    with pytest.raises(SystemExit):
+        main(["train", "--preset", "nope"])
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "invalid choice: 'nope'" in err
+    assert len(err.strip().splitlines()) == 1 and "edgeformer train --help" in err
+
+
+def test_beam_is_one_flag_across_commands(capsys, monkeypatch):
+    """`--beam` in translate and train --evaluate; the other spelling still works, unshown."""
+    for command in ("translate", "generate"):
+        parser = parser_of(command)
+        assert parser.parse_args(["p", "--beams", "4"]).num_beams == 4
+        assert parser.parse_args(["p", "--beam", "3"]).num_beams == 3
+        assert "--beams" not in parser.format_help()
+    train = parser_of("train")
+    assert train.parse_args(["--beam", "1,4"]).beams == "1,4"
+    assert train.parse_args(["--beams", "5"]).beams == "5"
+    assert train.parse_args([]).beams == "1,5"
+    assert "--beam N[,N...]" in train.format_help() and "--beams" not in train.format_help()
+
+
+def test_a_checkpoint_given_for_a_package_names_the_export_command(ed_checkpoint, tmp_path,
+                                                                   capsys):  # fmt: skip
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ed_checkpoint, run / "best")
+    (run / "log.jsonl").write_text("{}\n")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}')
+    for path, what in ((ed_checkpoint, "a training checkpoint"), (run, "a training run folder"),
+                       (hf, "a Hugging Face model folder")):  # fmt: skip
+        for command in ("translate", "info", "verify"):
+            assert main([command, str(path), *(["a"] if command == "translate" else [])]) == 2
+            err = capsys.readouterr().err
+            assert f"{path} is {what}, not a model package" in err, err
+            assert f"edgeformer export {path} PACKAGE_DIR" in err and err.count("\n") == 1, err

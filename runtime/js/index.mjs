@@ -115,8 +115,8 @@ const INPLACE_ON_WEB =
  *   backend  "node" (onnxruntime-node) | "wasm" (onnxruntime-web) | "webgpu" (onnxruntime-web's
  *            WebGPU provider, wasm for what it does not run); default: "node" in Node.js
  *   ort      the onnxruntime module to use (default: imported by backend name)
- *   variant  "auto" (default: the Python runtime's policy; fp32 on wasm) | "fp32" | "int8" | "int4"
- *            | "int8-dynamic" | "int8-web" | "int4-web"
+ *   variant  "fp32" (default, as the Python runtime's) | "auto" (the Python runtime's policy; fp32
+ *            on wasm) | "int8" | "int4" | "int8-dynamic" | "int8-web" | "int4-web"
  *   cache    "auto" (in place on node, re-fed on wasm) | "inplace" | "refeed"
  *   threads  intra-op threads (node: per session; wasm: ort.env.wasm.numThreads, set once)
  *   spinning let idle intra-op threads spin (default false: see docs/ship-node.md)
@@ -172,7 +172,7 @@ export async function loadPackage(source, options = {}) {
     }
   }
 
-  let variant = options.variant ?? "auto";
+  let variant = options.variant ?? "fp32";
   let variantReason = "asked for";
   if (variant === "auto" && backend !== "node") {
     // export measured native speeds; on wasm MatMulNBits ran 12-21x slower than fp32's MatMul
