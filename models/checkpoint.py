@@ -114,4 +114,11 @@ def load_checkpoint(
             f"checkpoint {path}: weights do not match config.json "
             f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
         )
+    for name, t in model.state_dict().items():  # a diverged run's weights: never exported
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ValueError(
+                f"checkpoint {path}: weight {name!r} holds {bad} NaN or infinite values of "
+                f"{t.numel()} (a diverged training run?)"
+            )
     return model.to(device).eval(), config
