@@ -5,11 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml benchmarks/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[cpu,train,test,dev]"
+	$(PY) -m pip install -q -e ".[cpu,train,test,dev]" -e ./benchmarks
 	touch $(STAMP)
 
 venv: $(STAMP)

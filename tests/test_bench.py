@@ -20,7 +20,7 @@ from edgeformer.benchmarks.cli import add_arguments
 from edgeformer.benchmarks.settings import DEFAULT_OUT, Job, Settings
 from edgeformer.benchmarks.shapes import get_shape
 from edgeformer.benchmarks.stacks import all_stacks, missing_modules, select_stacks
-from edgeformer.runtime.cli import main
+from edgeformer.cli import main
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -9,16 +9,16 @@ import sys
 
 import pytest
 
+from edgeformer.cli import COMMANDS, DESCRIPTION, main
 from edgeformer.runtime import Generator, Translator
-from edgeformer.runtime.cli import COMMANDS, DESCRIPTION, main
 
 TEXTS = ["two dogs play in the snow .", "a man rides a bike .", "", "a woman sings ."]
 
 
 def parser_of(command: str) -> argparse.ArgumentParser:
-    module, _ = COMMANDS[command]
+    load, _ = COMMANDS[command]
     parser = argparse.ArgumentParser()
-    importlib.import_module(module).add_arguments(parser, command)
+    load().add_arguments(parser, command)
     return parser
 
 

@@ -111,7 +111,7 @@ def test_bad_teachers_are_named(data_dir, teacher, tmp_path):
 
 
 def test_the_student_preset_needs_a_teacher(capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["train", "--preset", "multi30k-en-de-student", "--epochs", "1"]) == 2
     assert "give --teacher" in capsys.readouterr().err
@@ -235,7 +235,7 @@ def test_init_from_teacher_starts_the_student_from_the_teachers_weights(data_dir
 
 
 def test_the_student_preset_starts_from_its_teacher(data_dir, deep_teacher, tmp_path):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     # the command at toy size: the preset brings the cut, the pick and word-level KD
     out = tmp_path / "kd"
@@ -254,7 +254,7 @@ def test_the_student_preset_starts_from_its_teacher(data_dir, deep_teacher, tmp_
 
 
 def test_the_student_preset_asks_for_a_checkpoint_teacher(tmp_path, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     args = ["train", "--preset", "multi30k-en-de-student", "--out", str(tmp_path / "kd")]
     assert main(args) == 2

@@ -455,7 +455,7 @@ def test_bad_inputs(lm_checkpoint, tmp_path):
 
 
 def test_cli(ed_checkpoint, tmp_path, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     out = tmp_path / "pkg"
     assert main(["export", str(ed_checkpoint), str(out), "--quantize", "int8"]) == 0

@@ -9,11 +9,11 @@ import shutil
 import pytest
 from conftest import VARIANTS
 
+from edgeformer.cli import main
 from edgeformer.core.files import sha256
 from edgeformer.core.schema import PackageError
 from edgeformer.export import export_package
 from edgeformer.runtime import GenerationOptions, Generator, Translator
-from edgeformer.runtime.cli import main
 from edgeformer.runtime.package import load_package
 from edgeformer.runtime.verify import verify
 

@@ -104,7 +104,7 @@ def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, cap
     import io
     import math
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     texts = ["two dogs play in the snow .", "a man"]
     results = generator.score_batch(texts)
@@ -126,7 +126,7 @@ def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, cap
 def test_cli_cut_generation_note_is_one_plain_line(lm_package, capsys):
     import warnings
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     saved = warnings.showwarning
     with warnings.catch_warnings():
@@ -140,7 +140,7 @@ def test_cli_cut_generation_note_is_one_plain_line(lm_package, capsys):
 
 
 def test_cli_info(ed_package, lm_package, capsys, tmp_path):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["info", str(ed_package)]) == 0
     out = capsys.readouterr().out
@@ -155,7 +155,7 @@ def test_cli_info(ed_package, lm_package, capsys, tmp_path):
 
 
 def test_cli_texts_after_options(ed_package, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["translate", str(ed_package), "--max-new-tokens", "4", "two dogs ."]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
@@ -166,7 +166,7 @@ def test_cli_texts_after_options(ed_package, capsys):
 
 
 def test_cli_score_translation(translator, ed_package, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["score", str(ed_package), "two dogs .\tzwei hunde ."]) == 0
     (line,) = capsys.readouterr().out.splitlines()
@@ -387,7 +387,7 @@ def test_no_torch_in_the_runtime(ed_package, lm_package):
     code = textwrap.dedent(f"""
         import sys
         from edgeformer.runtime import Translator, Generator
-        from edgeformer.runtime.cli import main
+        from edgeformer.cli import main
         t = Translator({str(ed_package)!r})
         print(t.translate("two dogs .", max_new_tokens=5), t.translate("a", num_beams=2))
         g = Generator({str(lm_package)!r})
@@ -485,7 +485,7 @@ def test_memory_is_stable_over_many_generations(generator, translator):
 def test_cli_translate_and_generate(ed_package, lm_package, capsys, monkeypatch):
     import io
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     t = Translator(ed_package)
     texts = ["two dogs .", "a man rides a bike ."]

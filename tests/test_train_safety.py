@@ -16,9 +16,9 @@ from conftest import multi30k_slice
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from edgeformer.cli import main
 from edgeformer.models import ModelConfig, build_model
 from edgeformer.models.checkpoint import save_checkpoint
-from edgeformer.runtime.cli import main
 from edgeformer.train import state as train_state
 from edgeformer.train import trainer
 from edgeformer.train.config import TrainConfig, preset
