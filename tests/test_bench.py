@@ -15,6 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip(
+    "edgeformer.benchmarks", reason="needs the edgeformer-bench distribution (./benchmarks)"
+)
+
 from edgeformer.benchmarks import optimum_env, report, targets
 from edgeformer.benchmarks.cli import add_arguments
 from edgeformer.benchmarks.settings import DEFAULT_OUT, Job, Settings

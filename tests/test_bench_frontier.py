@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip(
+    "edgeformer.benchmarks", reason="needs the edgeformer-bench distribution (./benchmarks)"
+)
+
 from edgeformer.benchmarks import report
 from edgeformer.benchmarks.cli import COMMITTED, add_arguments
 from edgeformer.benchmarks.frontier import PEERS, VARIANTS, parse_spec

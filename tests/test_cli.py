@@ -16,6 +16,8 @@ TEXTS = ["two dogs play in the snow .", "a man rides a bike .", "", "a woman sin
 
 
 def parser_of(command: str) -> argparse.ArgumentParser:
+    if command == "bench":  # edgeformer-bench's: not on a runtime-only install
+        pytest.importorskip("edgeformer.benchmarks", reason="needs edgeformer-bench")
     load, _ = COMMANDS[command]
     parser = argparse.ArgumentParser()
     load().add_arguments(parser, command)
@@ -144,4 +146,5 @@ def test_commands_without_their_extra_say_what_to_install(command, capsys, monke
     assert main(EXTRA_COMMANDS[command]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert "needs torch" in err and "pip install torch==2.13.0" in err and "edgeformer[" in err
+    assert "needs " in err and "torch" in err.split("lacks")[0], err
+    assert "pip install torch==2.13.0" in err and "edgeformer[" in err

@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 from conftest import multi30k_slice
 
 from edgeformer.core.data import load_multi30k

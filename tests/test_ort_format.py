@@ -7,6 +7,9 @@ import json
 import shutil
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
+pytest.importorskip("onnx", reason="needs onnx (the train extra)")
 from conftest import VARIANTS
 
 from edgeformer.cli import main

@@ -6,6 +6,8 @@ import json
 import math
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 import torch
 from conftest import multi30k_slice
 from safetensors.torch import load_file

@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 import torch
 from conftest import multi30k_slice
 from safetensors.torch import load_file
