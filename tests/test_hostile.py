@@ -20,8 +20,6 @@ from edgeformer.core.files import sha256
 from edgeformer.runtime import Generator, PackageError, Translator
 from edgeformer.runtime.session import max_threads
 
-pytest.importorskip("torch")
-
 
 def copy_package(src, dst):
     shutil.copytree(src, dst)

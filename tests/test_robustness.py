@@ -17,8 +17,6 @@ from edgeformer.core.files import sha256
 from edgeformer.runtime import PackageError, Translator
 from edgeformer.runtime.package import load_package
 
-pytest.importorskip("torch")
-
 
 def snapshot(folder) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}

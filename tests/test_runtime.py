@@ -14,7 +14,6 @@ import pytest
 from edgeformer.runtime import GenerationOptions, Generator, PackageError, Translator
 from edgeformer.runtime.text import TextStream
 
-torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 
@@ -65,6 +64,8 @@ def test_generate_ids_equal_pytorch(name, generator, lm_checkpoint):
 
 
 def test_score_ids_equal_pytorch_teacher_forcing(generator, lm_checkpoint):
+    import torch
+
     model = _load(lm_checkpoint)
     seqs = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
     got = generator.score_ids(seqs)
@@ -80,6 +81,8 @@ def test_score_ids_equal_pytorch_teacher_forcing(generator, lm_checkpoint):
 
 def test_translator_score_batch_equals_pytorch(translator, ed_checkpoint):
     """Teacher-forced log p of every target token and the EOS after it, as PyTorch computes."""
+    import torch
+
     from edgeformer.models.generation import pad_batch
 
     model, m = _load(ed_checkpoint), translator.model
@@ -179,7 +182,9 @@ def test_cli_score_translation(translator, ed_package, capsys):
 @pytest.fixture(scope="session")
 def trained_ed(tokenizer_json, tmp_path_factory):
     """A tiny encoder-decoder trained (~300 steps) to copy the conftest sentences."""
-    from conftest import SENTENCES, export
+    from conftest import SENTENCES, export, torch_module
+
+    torch = torch_module()
     from tokenizers import Tokenizer
 
     from edgeformer.models import ModelConfig, build_model
