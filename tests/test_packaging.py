@@ -53,6 +53,7 @@ def test_sdist_and_wheel(dist):
     # the bench and its peers' adapters are edgeformer-bench's (benchmarks/pyproject.toml)
     assert not [n for n in names if n.startswith("edgeformer/benchmarks/")]
     assert "edgeformer/__init__.py" not in names  # implicit namespace package
+    assert "edgeformer/models/hf/convert.py" in names  # edgeformer convert hf
     for name in (
         "multi30k/train.de.gz",
         "multi30k/test_2016_flickr.en.gz",
