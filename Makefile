@@ -6,11 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JS_STAMP := runtime/js/node_modules/.installed
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml benchmarks/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[cpu,train,test,dev]"
+	$(PY) -m pip install -q -e ".[cpu,train,test,dev]" -e ./benchmarks
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -44,6 +44,8 @@ VERSIONS = (
 )  # fmt: skip
 FALLBACK = {"torch": "2.13.0", "onnxruntime": "1.32.0"}  # when the bench's env has neither
 REPO = Path(__file__).resolve().parent.parent  # this checkout (pyproject.toml's folder)
+# this checkout's edgeformer and edgeformer-bench (the stacks' child process is the latter's)
+EDITABLE = ("-e", str(REPO), "-e", str(REPO / "benchmarks"))
 
 
 def venv_python(env: str | Path) -> Path:
@@ -82,8 +84,8 @@ def pins() -> list[str]:
 
 def create(env: str | Path, python: str | None = None, log=print) -> dict:
     """Make the virtual environment `env` (python -m venv), pip install `pins()` and this
-    checkout of edgeformer (--no-deps, editable); write and return its RECORD (seconds taken,
-    requirements, the versions that resolved)."""
+    checkout's edgeformer and edgeformer-bench (--no-deps, editable); write and return its
+    RECORD (seconds taken, requirements, the versions that resolved)."""
     env = Path(env).absolute()
     t0 = time.time()
     base = python or sys.executable  # venv uses the base interpreter of a venv's python
@@ -91,7 +93,7 @@ def create(env: str | Path, python: str | None = None, log=print) -> dict:
     steps = [
         [base, "-m", "venv", str(env)],
         [py, "-m", "pip", "install", "--quiet", *pins()],
-        [py, "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(REPO)],
+        [py, "-m", "pip", "install", "--quiet", "--no-deps", *EDITABLE],
     ]
     for cmd in steps:
         log("$ " + " ".join(cmd))
@@ -187,7 +189,8 @@ def problem(python: str) -> str | None:
     if Path(info["edgeformer"]).resolve() != Path(ours):
         return (
             f"Optimum's environment {python} imports edgeformer from {info['edgeformer']}, not "
-            f"this checkout ({ours}): pip install --no-deps -e {REPO} there"
+            f"this checkout ({ours}): pip install --no-deps -e {REPO} -e {REPO / 'benchmarks'} "
+            "there"
         )
     return None
 

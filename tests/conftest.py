@@ -1,4 +1,9 @@
-"""Shared fixtures: a small tokenizer and random-weight checkpoints of both families."""
+"""Shared fixtures: a small tokenizer and random-weight checkpoints of both families.
+
+Imports without torch (an edge install runs the torch-free tests: `pytest` on the runtime-only
+install skips, fixture by fixture and module by module, what needs torch): a fixture that needs
+PyTorch asks for it with `torch_module()`, a test module with `pytest.importorskip("torch")`.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,18 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+def torch_module():
+    """PyTorch, or the calling fixture (and every test using it) skipped where it is absent."""
+    return pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
+
+
+try:
+    import torch as _torch
+except ModuleNotFoundError:  # the runtime-only install
+    pass
+else:
+    _torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]  # ids 0, 1, 2, 3
 SENTENCES = [
@@ -54,6 +69,7 @@ def tokenizer_json(tmp_path_factory):
 
 
 def _checkpoint(tmp_path_factory, tokenizer_json, **cfg_kwargs):
+    torch = torch_module()
     from tokenizers import Tokenizer
 
     from edgeformer.models import ModelConfig, build_model
@@ -92,6 +108,7 @@ def lm_checkpoint(tmp_path_factory, tokenizer_json):
 def one_torch_thread():
     """Tiny models run fastest on one thread (and do not fight other processes for cores);
     a module uses it with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    torch = torch_module()
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -135,6 +152,7 @@ def lm_package(tmp_path_factory, lm_checkpoint):
 
 def tiny_llama(folder, vocab: int, bos: int, eos: int):
     """A random-weight LlamaForCausalLM of 2 small layers saved in `folder` (transformers)."""
+    torch = torch_module()
     import transformers
 
     torch.manual_seed(0)

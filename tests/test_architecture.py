@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
-FOLDERS = ("core", "runtime", "models", "export", "train", "benchmarks")
+FOLDERS = ("core", "runtime", "models", "export", "train", "benchmarks", "cli")
 
 
 def allowed() -> dict[str, set[str]]:
@@ -113,3 +113,21 @@ def test_the_core_imports_numpy_only_and_the_runtime_never_torch():
         assert not at_load & heavy, (path.name, at_load & heavy)
     for path in sorted((ROOT / "runtime").rglob("*.py")):
         assert "torch" not in {t.split(".")[0] for t, _ in imports(path)}, path.name
+
+
+def test_commands_are_imported_not_named():
+    """The command line imports its commands (so the checks above see those edges); no source
+    imports an edgeformer module from a name string (importlib, __import__, runpy)."""
+    named = []
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and node.args):
+                continue
+            first, func = node.args[0], ast.unparse(node.func)
+            if func.endswith(("import_module", "__import__", "run_module", "run_path")) and (
+                isinstance(first, ast.Constant) and str(first.value).startswith("edgeformer")
+            ):
+                named.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+    assert not named, named
+    cli = {t.split(".")[1] for t, _ in imports(ROOT / "cli" / "__init__.py") if "edgeformer." in t}
+    assert {"train", "export", "runtime", "benchmarks"} <= cli, cli

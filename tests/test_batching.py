@@ -67,7 +67,7 @@ def test_inter_threads_translate_sub_batches_at_once_with_the_same_results(
     src.write_text("\n".join(texts) + "\n")
     parallel.translate_file(src, out, 2, max_new_tokens=12)
     assert out.read_text().splitlines() == want
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     args = ["translate", str(ed_package), "--inter-threads", "2", "--max-batch-size", "2"]
     assert main([*args, "--max-new-tokens", "12", *TEXTS[:4]]) == 0

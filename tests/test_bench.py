@@ -15,12 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip(
+    "edgeformer.benchmarks", reason="needs the edgeformer-bench distribution (./benchmarks)"
+)
+
 from edgeformer.benchmarks import optimum_env, report, targets
 from edgeformer.benchmarks.cli import add_arguments
 from edgeformer.benchmarks.settings import DEFAULT_OUT, Job, Settings
 from edgeformer.benchmarks.shapes import get_shape
 from edgeformer.benchmarks.stacks import all_stacks, missing_modules, select_stacks
-from edgeformer.runtime.cli import main
+from edgeformer.cli import main
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

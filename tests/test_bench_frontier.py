@@ -13,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip(
+    "edgeformer.benchmarks", reason="needs the edgeformer-bench distribution (./benchmarks)"
+)
+
 from edgeformer.benchmarks import report
 from edgeformer.benchmarks.cli import COMMITTED, add_arguments
 from edgeformer.benchmarks.frontier import PEERS, VARIANTS, parse_spec
 from edgeformer.benchmarks.settings import Settings
-from edgeformer.runtime.cli import main
+from edgeformer.cli import main
 
 HAVE_CT2 = all(importlib.util.find_spec(m) is not None for m in ("ctranslate2", "onnx"))
 SENTENCES = 6

@@ -208,7 +208,7 @@ def test_cli_chat_keeps_the_history(instruct, monkeypatch, capsys):
     each reply following the whole conversation so far."""
     import io
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     _, _, _, pkg = instruct
     monkeypatch.setattr("sys.stdin", io.StringIO("hello there\n\nwhat is two\n"))
@@ -225,7 +225,7 @@ def test_cli_chat_keeps_the_history(instruct, monkeypatch, capsys):
 
 def test_a_model_without_a_template_says_so(instruct, tmp_path, capsys):
     """A package without a chat template: Generator.chat and `edgeformer chat` say so."""
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     _, _, src, _ = instruct
     plain = tmp_path / "hf"

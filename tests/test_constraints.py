@@ -396,7 +396,7 @@ def test_invalid_constraint_options(tr):
 
 
 def test_cli_flags(tr, gen, ed_package, lm_package, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     def run(*argv):
         code = main([str(a) for a in argv])

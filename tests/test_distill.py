@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 from conftest import multi30k_slice
 
 from edgeformer.core.data import load_multi30k
@@ -124,7 +126,7 @@ def test_a_refused_checkpoint_teacher_leaves_nothing_in_out(data_dir, lm_checkpo
 
 
 def test_the_student_preset_needs_a_teacher(capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["train", "--preset", "multi30k-en-de-student", "--epochs", "1"]) == 2
     assert "give --teacher" in capsys.readouterr().err
@@ -248,7 +250,7 @@ def test_init_from_teacher_starts_the_student_from_the_teachers_weights(data_dir
 
 
 def test_the_student_preset_starts_from_its_teacher(data_dir, deep_teacher, tmp_path):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     # the command at toy size: the preset brings the cut, the pick and word-level KD
     out = tmp_path / "kd"
@@ -267,7 +269,7 @@ def test_the_student_preset_starts_from_its_teacher(data_dir, deep_teacher, tmp_
 
 
 def test_the_student_preset_asks_for_a_checkpoint_teacher(tmp_path, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     args = ["train", "--preset", "multi30k-en-de-student", "--out", str(tmp_path / "kd")]
     assert main(args) == 2

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "benchmarks/README.md"]
 RUN = {"python": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
 TIMEOUT_S = 120
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman sings."]

@@ -455,7 +455,7 @@ def test_bad_inputs(lm_checkpoint, tmp_path):
 
 
 def test_cli(ed_checkpoint, tmp_path, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     out = tmp_path / "pkg"
     assert main(["export", str(ed_checkpoint), str(out), "--quantize", "int8"]) == 0
@@ -574,7 +574,7 @@ def test_a_checkpoint_with_nan_weights_is_refused_by_name(ed_checkpoint, tmp_pat
     exit 2, and writes nothing (it used to fail deep in the parity check)."""
     from safetensors.torch import load_file, save_file
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     ckpt = tmp_path / "diverged"
     shutil.copytree(ed_checkpoint, ckpt)

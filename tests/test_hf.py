@@ -313,7 +313,7 @@ def test_sharded_safetensors(tmp_path):
 
 
 def test_cli_convert_and_export_from_the_hf_folder(tmp_path, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     src = tmp_path / "hf"
     save_hf("llama", src)
@@ -625,7 +625,7 @@ def test_marian_folder_without_spm_files(marian, tmp_path):
 def test_marian_cli_export_and_translate(marian, tmp_path, capsys):
     """`edgeformer export HF_DIR` on a Marian folder, then `edgeformer translate`: the text
     of HF's greedy translation (sources through the package's source_tokenizer.json)."""
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     hf, tok, src, _, _ = marian
     assert main(["export", str(src), str(tmp_path / "pkg"), "-q"]) == 0

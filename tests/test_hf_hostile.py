@@ -20,8 +20,8 @@ transformers = pytest.importorskip("transformers")
 
 from test_hf_families import build_hf  # noqa: E402
 
+from edgeformer.cli import main  # noqa: E402
 from edgeformer.models.hf import convert, convert_hf  # noqa: E402
-from edgeformer.runtime.cli import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")

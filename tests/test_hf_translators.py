@@ -330,7 +330,7 @@ def test_languages_are_checked(nllb):
 
 def test_cli_translate_with_languages(nllb, capsys):
     """`edgeformer translate PKG TEXT --source-lang X --target-lang Y` is translate()'s."""
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     _, _, pkg = nllb
     want = Translator(pkg, threads=1).translate(

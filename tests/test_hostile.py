@@ -17,13 +17,11 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
+from edgeformer.cli import main
 from edgeformer.core.decoding import MAX_BEAMS, GenerationOptions
 from edgeformer.core.files import sha256
 from edgeformer.runtime import Generator, PackageError, Translator
-from edgeformer.runtime.cli import main
 from edgeformer.runtime.session import max_threads
-
-pytest.importorskip("torch")
 
 
 def copy_package(src, dst):

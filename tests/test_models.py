@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 import torch
 
 from edgeformer.core.decoding import GenerationOptions

@@ -7,13 +7,16 @@ import json
 import shutil
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
+pytest.importorskip("onnx", reason="needs onnx (the train extra)")
 from conftest import VARIANTS
 
+from edgeformer.cli import main
 from edgeformer.core.files import sha256
 from edgeformer.core.schema import PackageError
 from edgeformer.export import export_package
 from edgeformer.runtime import GenerationOptions, Generator, Translator
-from edgeformer.runtime.cli import main
 from edgeformer.runtime.package import load_package
 from edgeformer.runtime.verify import verify
 

@@ -48,9 +48,12 @@ def test_sdist_and_wheel(dist):
     names = zipfile.ZipFile(wheel(dist)).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"edgeformer", "edgeformer-0.1.0.dist-info"}, tops
-    for sub in ("core", "models", "train", "export", "runtime", "benchmarks"):
+    for sub in ("core", "models", "train", "export", "runtime", "cli"):
         assert f"edgeformer/{sub}/__init__.py" in names
+    # the bench and its peers' adapters are edgeformer-bench's (benchmarks/pyproject.toml)
+    assert not [n for n in names if n.startswith("edgeformer/benchmarks/")]
     assert "edgeformer/__init__.py" not in names  # implicit namespace package
+    assert "edgeformer/models/hf/convert.py" in names  # edgeformer convert hf
     for name in (
         "multi30k/train.de.gz",
         "multi30k/test_2016_flickr.en.gz",
@@ -98,6 +101,31 @@ def test_commands_that_need_torch_name_the_extra(runtime_env, args):
     run = edgeformer(runtime_env, *args)
     assert run.returncode == 2, run.stderr
     (line,) = run.stderr.strip().splitlines()  # one line, no traceback
-    assert "needs torch" in line and "pip install torch==2.13.0" in line and "edgeformer[" in line
-    helped = edgeformer(runtime_env, args[0], "--help")  # their help still shows
-    assert helped.returncode == 0 and "usage: edgeformer" in helped.stdout, helped.stderr
+    assert "needs" in line and "pip install torch==2.13.0" in line and "edgeformer[" in line
+    helped = edgeformer(runtime_env, args[0], "--help")
+    if args[0] == "bench":  # not installed at all: its flags are edgeformer-bench's
+        assert "needs the edgeformer-bench distribution, torch" in line and "./benchmarks" in line
+        assert helped.returncode == 2 and helped.stderr.strip() == line, helped.stderr
+        return
+    assert "needs torch" in line
+    assert helped.returncode == 0 and "usage: edgeformer" in helped.stdout, helped.stderr  # help
+
+
+def test_the_bench_is_a_distribution_of_its_own(tmp_path):
+    """benchmarks/ builds as edgeformer-bench: edgeformer.benchmarks only, needing edgeformer."""
+    src = tmp_path / "benchmarks"
+    shutil.copytree(
+        ROOT / "benchmarks", src, ignore=shutil.ignore_patterns("results", "__pycache__")
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "-o", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    (whl,) = (tmp_path / "dist").glob("edgeformer_bench-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    assert {n.split("/")[0] for n in names} == {"edgeformer", "edgeformer_bench-0.1.0.dist-info"}
+    assert "edgeformer/benchmarks/cli.py" in names and "edgeformer/__init__.py" not in names
+    assert {n.split("/")[1] for n in names if n.startswith("edgeformer/")} == {"benchmarks"}
+    meta = zipfile.ZipFile(whl).read("edgeformer_bench-0.1.0.dist-info/METADATA").decode()
+    assert "Requires-Dist: edgeformer[bench,train]==0.1.0" in meta

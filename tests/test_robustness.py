@@ -17,8 +17,6 @@ from edgeformer.core.files import sha256
 from edgeformer.runtime import PackageError, Translator
 from edgeformer.runtime.package import load_package
 
-pytest.importorskip("torch")
-
 
 def snapshot(folder) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
@@ -115,8 +113,8 @@ def test_a_swap_killed_half_way_is_recovered(killed, ed_package, ed_checkpoint, 
 def test_disk_full_is_one_line_and_leaves_nothing(ed_checkpoint, tmp_path, capsys, monkeypatch):
     import errno
 
+    from edgeformer.cli import main
     from edgeformer.export import writer
-    from edgeformer.runtime.cli import main
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".pkg.tmp-x"))
@@ -130,7 +128,7 @@ def test_disk_full_is_one_line_and_leaves_nothing(ed_checkpoint, tmp_path, capsy
 
 
 def test_a_failed_parity_check_leaves_no_package(ed_checkpoint, tmp_path, capsys, monkeypatch):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     bad = lambda package, checkpoint, variants: dict.fromkeys(variants, 0.5)  # noqa: E731
     monkeypatch.setattr("edgeformer.export.verify.max_diffs", bad)
@@ -341,7 +339,7 @@ def gen(lm_package):
 
 
 def _cli(argv, capsys, monkeypatch, stdin: bytes | None = None):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
@@ -705,7 +703,7 @@ def test_property_translate_batch_returns_or_names_index(tr, tr_texts):
 def test_property_cli_one_output_line_per_input_line(ed_package, lines):
     import contextlib
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     stdin = io.TextIOWrapper(io.BytesIO(b"\n".join(lines) + b"\n"), encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()

@@ -12,15 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 import torch
 
+from edgeformer.cli import main
 from edgeformer.core.files import sha256
 from edgeformer.core.format import OUR_NAMES, io_names, model_from_json
 from edgeformer.core.schema import PackageError
 from edgeformer.export import export_package
 from edgeformer.models.checkpoint import load_checkpoint
 from edgeformer.runtime import GenerationOptions, Generator, Translator
-from edgeformer.runtime.cli import main
 from edgeformer.runtime.package import load_package
 
 TEXTS = ["two dogs .", "a man rides a bike in the park ."]

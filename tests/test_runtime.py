@@ -14,7 +14,6 @@ import pytest
 from edgeformer.runtime import GenerationOptions, Generator, PackageError, Translator
 from edgeformer.runtime.text import TextStream
 
-torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 
@@ -65,6 +64,8 @@ def test_generate_ids_equal_pytorch(name, generator, lm_checkpoint):
 
 
 def test_score_ids_equal_pytorch_teacher_forcing(generator, lm_checkpoint):
+    import torch
+
     model = _load(lm_checkpoint)
     seqs = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
     got = generator.score_ids(seqs)
@@ -80,6 +81,8 @@ def test_score_ids_equal_pytorch_teacher_forcing(generator, lm_checkpoint):
 
 def test_translator_score_batch_equals_pytorch(translator, ed_checkpoint):
     """Teacher-forced log p of every target token and the EOS after it, as PyTorch computes."""
+    import torch
+
     from edgeformer.models.generation import pad_batch
 
     model, m = _load(ed_checkpoint), translator.model
@@ -104,7 +107,7 @@ def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, cap
     import io
     import math
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     texts = ["two dogs play in the snow .", "a man"]
     results = generator.score_batch(texts)
@@ -126,7 +129,7 @@ def test_generator_score_batch_and_cli(generator, lm_checkpoint, lm_package, cap
 def test_cli_cut_generation_note_is_one_plain_line(lm_package, capsys):
     import warnings
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     saved = warnings.showwarning
     with warnings.catch_warnings():
@@ -140,7 +143,7 @@ def test_cli_cut_generation_note_is_one_plain_line(lm_package, capsys):
 
 
 def test_cli_info(ed_package, lm_package, capsys, tmp_path):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["info", str(ed_package)]) == 0
     out = capsys.readouterr().out
@@ -155,7 +158,7 @@ def test_cli_info(ed_package, lm_package, capsys, tmp_path):
 
 
 def test_cli_texts_after_options(ed_package, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["translate", str(ed_package), "--max-new-tokens", "4", "two dogs ."]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
@@ -166,7 +169,7 @@ def test_cli_texts_after_options(ed_package, capsys):
 
 
 def test_cli_score_translation(translator, ed_package, capsys):
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["score", str(ed_package), "two dogs .\tzwei hunde ."]) == 0
     (line,) = capsys.readouterr().out.splitlines()
@@ -179,7 +182,9 @@ def test_cli_score_translation(translator, ed_package, capsys):
 @pytest.fixture(scope="session")
 def trained_ed(tokenizer_json, tmp_path_factory):
     """A tiny encoder-decoder trained (~300 steps) to copy the conftest sentences."""
-    from conftest import SENTENCES, export
+    from conftest import SENTENCES, export, torch_module
+
+    torch = torch_module()
     from tokenizers import Tokenizer
 
     from edgeformer.models import ModelConfig, build_model
@@ -400,7 +405,7 @@ def test_no_torch_in_the_runtime(ed_package, lm_package):
     code = textwrap.dedent(f"""
         import sys
         from edgeformer.runtime import Translator, Generator
-        from edgeformer.runtime.cli import main
+        from edgeformer.cli import main
         t = Translator({str(ed_package)!r})
         print(t.translate("two dogs .", max_new_tokens=5), t.translate("a", num_beams=2))
         g = Generator({str(lm_package)!r})
@@ -498,7 +503,7 @@ def test_memory_is_stable_over_many_generations(generator, translator):
 def test_cli_translate_and_generate(ed_package, lm_package, capsys, monkeypatch):
     import io
 
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     t = Translator(ed_package)
     texts = ["two dogs .", "a man rides a bike ."]

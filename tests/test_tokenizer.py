@@ -110,7 +110,7 @@ def test_onnxruntime_genai_encodes_a_character_lm_package_as_we_do(tmp_path, cap
         assert [int(i) for i in genai.encode(line)] == ids, line
         assert genai.decode(ids) == line
     assert json.loads((pkg / "tokenizer_config.json").read_text())["unk_token"] == "[UNK]"
-    from edgeformer.runtime.cli import main
+    from edgeformer.cli import main
 
     assert main(["info", str(pkg)]) == 0
     assert "og.Tokenizer does not encode" not in capsys.readouterr().out
@@ -119,8 +119,8 @@ def test_onnxruntime_genai_encodes_a_character_lm_package_as_we_do(tmp_path, cap
 def test_a_metaspace_bpe_lm_package_says_genai_misreads_its_tokenizer(tmp_path, capsys):
     """genai splits SentencePiece-style text with Llama's regex, where our BPE split at spaces
     only: `edgeformer info` says so rather than let genai's ids pass for ours."""
+    from edgeformer.cli import main
     from edgeformer.core.data import DATA_DIR
-    from edgeformer.runtime.cli import main
 
     text = (DATA_DIR / "tinyshakespeare" / "input.txt").read_text().splitlines()[:3000]
     pkg = _lm_package(tmp_path, train_bpe(text, 300, tmp_path / "tok.json"))

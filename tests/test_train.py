@@ -6,15 +6,17 @@ import json
 import math
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 import torch
 from conftest import multi30k_slice
 from safetensors.torch import load_file
 
+from edgeformer.cli import main
 from edgeformer.core.data import TrainingData
 from edgeformer.models import build_model
 from edgeformer.models.batch import collate, make_pairs, teacher_forcing
 from edgeformer.models.checkpoint import load_checkpoint, save_checkpoint
-from edgeformer.runtime.cli import main
 from edgeformer.train.batches import token_batches
 from edgeformer.train.config import PRESETS, TrainConfig, preset
 from edgeformer.train.loss import smoothed_loss

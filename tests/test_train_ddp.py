@@ -6,6 +6,8 @@ import os
 import socket
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_model

@@ -11,14 +11,16 @@ import subprocess
 import sys
 
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 import torch
 from conftest import multi30k_slice
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from edgeformer.cli import main
 from edgeformer.models import ModelConfig, build_model
 from edgeformer.models.checkpoint import save_checkpoint
-from edgeformer.runtime.cli import main
 from edgeformer.train import state as train_state
 from edgeformer.train import trainer
 from edgeformer.train.config import TrainConfig, preset
@@ -410,3 +412,31 @@ def test_distilled_never_overwrites_what_no_distillation_made(data_dir, old_run,
         train(small(data_dir, tmp_path / "new", teacher=teacher, distilled=str(mine)))
     assert (mine / "train.en").read_text() == "my own sentences\n"
     assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------- python -m edgeformer.train.average (issue 52)
+
+
+def test_average_a_range_of_a_runs_saved_epochs(tmp_path, tokenizer_json, capsys):
+    """The mean of epochs 2-3 of a run's saved weights, as training averages (the command that
+    made the lab journal's means of stopped runs); a missing epoch is a one-line error."""
+    from safetensors.torch import save_model
+
+    from edgeformer.models.checkpoint import load_checkpoint
+    from edgeformer.train.average import main as average
+
+    run = tmp_path / "run"
+    models = [tiny_model(tokenizer_json, seed=s) for s in (1, 2, 3)]
+    save_checkpoint(run / "last", models[2], tokenizer_json, {"task": {"kind": "translation"}})
+    (run / "epochs").mkdir()
+    for n, m in enumerate(models, 1):
+        save_model(m, str(run / "epochs" / f"epoch_{n:03d}.safetensors"))
+    assert average([str(run), "--epochs", "2-3", "--out", str(tmp_path / "avg")]) == 0
+    got, config = load_checkpoint(tmp_path / "avg")
+    assert config["averaged"] == 2 and config["task"] == {"kind": "translation"}
+    for name, value in got.state_dict().items():
+        mean = (models[1].state_dict()[name].double() + models[2].state_dict()[name].double()) / 2
+        assert torch.equal(value, mean.float()), name
+    assert average([str(run), "--epochs", "3-4", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "epoch_004.safetensors" in err and "\n" not in err and not (tmp_path / "b").exists()

@@ -9,6 +9,11 @@ import time
 
 import pytest
 
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
+pytest.importorskip(
+    "edgeformer.benchmarks", reason="needs the edgeformer-bench distribution (./benchmarks)"
+)
+
 from edgeformer.benchmarks.train_speed import NANOGPT_CPU_ARGS, OUR_EVAL, main, nanogpt, our_step
 from edgeformer.train.trainer import epoch_line
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from conftest import VARIANTS
 
+from edgeformer.cli import main
 from edgeformer.core.files import sha256
 from edgeformer.core.format import GOLDEN_FILE
 from edgeformer.core.schema import PackageError
 from edgeformer.core.variants import MAX_QUALITY_LOSS
-from edgeformer.runtime.cli import main
 from edgeformer.runtime.package import load_package
 from edgeformer.runtime.verify import FP32_TOLERANCE, verify
 

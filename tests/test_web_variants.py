@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import onnx
 import pytest
+
+pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
+onnx = pytest.importorskip("onnx", reason="needs onnx (the train extra)")
 
 from edgeformer.core.format import WEB_VARIANTS
 from edgeformer.core.variants import pick_variant

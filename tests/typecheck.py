@@ -30,10 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def package_dirs() -> dict[str, str]:
-    """`{"models": "edgeformer.models", ...}`: source folder -> installed package name."""
+    """`{"models": "edgeformer.models", ...}`: source folder -> installed package name, from
+    pyproject.toml and benchmarks/pyproject.toml (edgeformer-bench, a distribution of its own)."""
     with open(ROOT / "pyproject.toml", "rb") as f:
         mapping = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
-    return {folder: package for package, folder in mapping.items()}
+    with open(ROOT / "benchmarks" / "pyproject.toml", "rb") as f:
+        bench = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
+    dirs = {folder: package for package, folder in mapping.items()}
+    return dirs | {str(Path("benchmarks", folder)): p for p, folder in bench.items()}
 
 
 def main(argv: list[str]) -> int:

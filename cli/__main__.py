@@ -1,0 +1,7 @@
+"""`python -m edgeformer.cli ...` = `edgeformer ...`."""
+
+import sys
+
+from edgeformer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,77 @@
+"""How every edgeformer command runs, whichever entry starts it (`edgeformer COMMAND`, or
+`python -m edgeformer.train` under torchrun): the log level (--log-level, $EDGEFORMER_LOG_LEVEL),
+the `edgeformer` logger on stderr, warnings as one-line notes, and errors as one line and an
+exit status instead of a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable
+
+from .files import describe_os_error
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_ENV = "EDGEFORMER_LOG_LEVEL"
+
+
+def log_level(argv: list[str]) -> tuple[str, list[str]]:
+    """(level, argv without it): --log-level LEVEL anywhere on the line, else
+    $EDGEFORMER_LOG_LEVEL, else "warning": quiet by default (errors, warnings, results)."""
+    level = os.environ.get(LOG_ENV, "warning").strip().lower() or "warning"
+    rest, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--log-level" and i + 1 < len(argv):
+            level, i = argv[i + 1].lower(), i + 2
+            continue
+        if a.startswith("--log-level="):
+            level = a.split("=", 1)[1].lower()
+        else:
+            rest.append(a)
+        i += 1
+    if level not in LOG_LEVELS:
+        raise SystemExit(f"edgeformer: error: log level {level!r}, expected one of {LOG_LEVELS}")
+    return level, rest
+
+
+def setup_logging(level: str, command: str) -> None:
+    """The `edgeformer` logger on stderr as 'edgeformer COMMAND: message' lines."""
+    logger = logging.getLogger("edgeformer")
+    logger.setLevel(level.upper())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"edgeformer {command}: %(message)s"))
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+
+
+def run_command(
+    command: str, run: Callable[[argparse.Namespace], int], args: argparse.Namespace
+) -> int:
+    """`run(args)` with warnings shown as one plain line and errors as one line and an exit
+    status: 2 a bad input, 1 an OS error (disk full, permissions), 130 Ctrl-C, 141 a closed
+    pipe."""
+
+    def note(message, category, filename, lineno, file=None, line=None) -> None:
+        """Warnings as one plain line on stderr (not file:line and the source line)."""
+        print(f"edgeformer {command}: note: {message}", file=sys.stderr, flush=True)
+
+    shown, warnings.showwarning = warnings.showwarning, note
+    try:
+        return int(run(args) or 0)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"edgeformer {command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as e:  # disk full, permissions, ...: one line, never a traceback
+        print(f"edgeformer {command}: error: {describe_os_error(e)}", file=sys.stderr)
+        return 1
+    finally:
+        warnings.showwarning = shown
