@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config as config_module
-from . import format, generation_config, options, schema, variants
+from . import format, generation_config, options, patterns, schema, variants
 
 GENERATED_BY = "python -m edgeformer.core.contract --write runtime/js/contract.mjs"
 CONTRACT_FILE = "runtime/js/contract.mjs"
@@ -190,6 +190,13 @@ def contract() -> dict[str, Any]:
             "min_temperature": options.MIN_TEMPERATURE,
             "max_threads_per_core": MAX_THREADS_PER_CORE,
             "max_threads_floor": MAX_THREADS_FLOOR,
+        },
+        # the tokenizer regex rule's bounds (core/patterns.py; runtime/js/regex.mjs ports it)
+        "patterns": {
+            "max_pattern_chars": patterns.MAX_PATTERN_CHARS,
+            "max_repeat_count": patterns.MAX_REPEAT_COUNT,
+            "max_degree": patterns.MAX_DEGREE,
+            "max_nesting": patterns.MAX_NESTING,
         },
     }
 

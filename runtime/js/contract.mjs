@@ -876,6 +876,12 @@ export default {
  },
  "ort_suffix": ".ort",
  "package_format": "edgeformer-package",
+ "patterns": {
+  "max_degree": 2,
+  "max_nesting": 32,
+  "max_pattern_chars": 4096,
+  "max_repeat_count": 100
+ },
  "readable_versions": [
   2,
   3,

@@ -11,14 +11,20 @@
 // 3. every counted repetition {n}, {n,}, {n,m}, {,m} has n, m <= MAX_REPEAT_COUNT;
 // 4. a repeated group (under *, +, {n,} or {n,m} with m >= 2) holds no repetition and no
 //    alternation: no (a+)+, (a*)*, (a|aa)+, a{2}{3};
-// 5. at most MAX_DEGREE repetitions follow one another along any path (a*a*a*a*b: degree 4);
+// 5. repetitions in a row: the degree of a repeated item is 1, of a sequence the sum of its
+//    items', of an alternation the largest of its branches'. A top-level branch has degree <=
+//    MAX_DEGREE (2) and, once it reached it, only optional items (?, {0,1}) follow; a group's
+//    body has degree <= 1 (x*x*$, x*x*x*, (?:x*x*)y are refused; \s*[\r\n]+ passes);
 // 6. groups nest at most MAX_NESTING deep; a pattern this module cannot read is refused.
 // tests/test_js.py runs the same patterns through both and requires the same verdicts.
 
-export const MAX_PATTERN_CHARS = 4096;
-export const MAX_REPEAT_COUNT = 100;
-export const MAX_DEGREE = 3;
-export const MAX_NESTING = 32;
+import contract from "./contract.mjs";
+
+// the bounds, from the one contract (core/patterns.py's constants)
+export const MAX_PATTERN_CHARS = contract.patterns.max_pattern_chars;
+export const MAX_REPEAT_COUNT = contract.patterns.max_repeat_count;
+export const MAX_DEGREE = contract.patterns.max_degree; // in a top-level branch; 1 in a group's body
+export const MAX_NESTING = contract.patterns.max_nesting;
 
 class PatternRefused extends Error {}
 
@@ -146,15 +152,21 @@ class Parser {
   sequence(depth) {
     const n = node();
     const p = this.p;
+    const most = depth === 0 ? MAX_DEGREE : 1;
     while (this.i < p.length && !"|)".includes(p[this.i])) {
       const start = this.i;
-      const item = this.atom(depth);
-      if (item === null) continue;
+      const found = this.atom(depth);
+      if (found === null) continue;
+      const [item, optional] = found;
+      if (n.degree >= MAX_DEGREE && !optional) {
+        refuse(`${repr(p.slice(start, this.i))} at offset ${start} must match after ${n.degree} repetitions in a row (backtracking grows as a power of the input's length)`);
+      }
       n.repeats ||= item.repeats;
       n.alternates ||= item.alternates;
       n.degree += item.degree;
-      if (n.degree > MAX_DEGREE) {
-        refuse(`more than ${MAX_DEGREE} repetitions follow one another (at offset ${start}): matching time grows as a power of the input's length`);
+      if (n.degree > most) {
+        const where = depth === 0 ? "two repetitions in a row in a top-level branch" : "one repetition in a row in a group";
+        refuse(`more than ${where} (at offset ${start}): backtracking grows as a power of the input's length`);
       }
     }
     return n;
@@ -183,8 +195,10 @@ class Parser {
       this.i = i + 1;
       inner = node();
     }
+    let optional = false;
     for (let q = quantifier(p, this.i); q !== null; q = quantifier(p, this.i)) {
-      const [, hi, end] = q;
+      const [lo, hi, end] = q;
+      optional = lo === 0;
       if (hi === null || hi > 1) {
         if (inner.repeats || inner.alternates) {
           const what = inner.repeats ? "a repetition" : "an alternation";
@@ -194,7 +208,7 @@ class Parser {
       }
       this.i = end;
     }
-    return inner;
+    return [inner, optional];
   }
 }
 
