@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+JS_STAMP := runtime/js/node_modules/.installed
 
 $(STAMP): pyproject.toml benchmarks/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,17 +23,27 @@ demo: $(STAMP)
 	$(VENV)/bin/edgeformer translate runs/demo/package "A man is riding a bike." "Two dogs play in the snow." "A woman in a red dress is singing on a stage."
 	$(VENV)/bin/edgeformer bench --quick --out runs/demo-bench
 
-test: $(STAMP)
+# the JavaScript runtime's tests (tests/test_js.py) run in `make test`: its dependencies come
+# first (EDGEFORMER_REQUIRE_JS=1 makes a missing node a failure, not a skip)
+test: $(STAMP) $(JS_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) tests/typecheck.py
-	$(VENV)/bin/python -m pytest -q
+	EDGEFORMER_REQUIRE_JS=1 $(VENV)/bin/python -m pytest -q
 
 # The JavaScript runtime's dependencies (runtime/js, docs/ship-node.md), from its package-lock.json
-js:
-	@command -v npm >/dev/null || { echo "make js: npm not found (install Node.js >= 18)"; exit 1; }
+# (once per lock file; a fresh Debian machine gets Node.js and npm from Debian's packages first,
+# when run as root)
+$(JS_STAMP): runtime/js/package-lock.json
+	@command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		echo "make: installing nodejs and npm (Debian)" && apt-get update -q >/dev/null && \
+		apt-get install -y -q nodejs npm >/dev/null; } || \
+		{ echo "make js: npm not found (install Node.js >= 18 and npm)"; exit 1; }
 	@echo "cd runtime/js && npm ci --ignore-scripts --no-audit --no-fund"
-	@cd runtime/js && npm ci --ignore-scripts --no-audit --no-fund || { \
+	@cd runtime/js && npm ci --ignore-scripts --no-audit --no-fund >/dev/null || { \
 		echo "make js: npm ci failed (no network? it needs registry.npmjs.org once)"; exit 1; }
+	@touch $(JS_STAMP)
+
+js: $(JS_STAMP)
 
 .PHONY: venv demo test js

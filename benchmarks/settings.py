@@ -87,7 +87,7 @@ class Settings:
             workloads=tuple(w for w in _csv(workloads) if w.lower() != "none"),
             stacks=args.stacks,
             threads=args.threads,
-            rounds=args.rounds or (2 if q else 7),
+            rounds=args.rounds if args.rounds is not None else (2 if q else 7),
             warmup=args.warmup if args.warmup is not None else (1 if q else 2),
             sweep_batches=sweep or (QUICK_SWEEP_BATCHES if q else SWEEP_BATCHES),
             out=args.out,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..core.commandline import LOG_ENV, LOG_LEVELS, log_level, run_command, setup_logging
+from ..core.flags import Parser, unknown_flags
 
 DESCRIPTION = "Train a Transformer in PyTorch, export it as an ONNX model package, run it."
 
@@ -125,7 +126,7 @@ def missing_extra(command: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     level, argv = log_level(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="edgeformer", description=DESCRIPTION)
+    parser = Parser(prog="edgeformer", description=DESCRIPTION)
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extra:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            command = sub.choices[args.command]  # its flags, for the did-you-mean
+            command.error(unknown_flags(command, extra))
         args.texts = [*args.texts, *extra]
 
     return run_command(args.command, args._run, args)

@@ -10,6 +10,7 @@ data.py               the bundled data sets (Multi30k, Tiny Shakespeare) and Tra
                       typed record of what a checkpoint was trained on
 metrics.py            BLEU and perplexity windows: one path for training, export and bench
 files.py              checksums and safe writes
+patterns.py           the bound on tokenizer.json regexes (every runtime applies it)
 flags.py              command-line flags derived from documented dataclass fields
 progress.py           progress of long steps: a bar on a terminal, a line every 30 s in a log
 """

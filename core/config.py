@@ -12,7 +12,8 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu", "silu", "geglu")
 GATED = ("swiglu", "geglu")
 NORMS = ("post", "pre")
 NORM_TYPES = ("layernorm", "rmsnorm")
-POSITIONALS = ("sinusoidal", "learned", "rotary")
+# relative: T5's learned bias per (bucketed) query-key distance, added to the attention logits
+POSITIONALS = ("sinusoidal", "learned", "rotary", "relative")
 SINUSOID_LAYOUTS = ("interleaved", "split")
 # per-layer attention (Hugging Face's layer_types values)
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -48,9 +49,19 @@ class ModelConfig:
         "layernorm", "layernorm, or rmsnorm (no mean, no bias: Llama)", choices=NORM_TYPES
     )
     positional: str = doc(
-        "sinusoidal", "position encoding: sinusoidal (the paper), learned or rotary",
-        choices=POSITIONALS,
+        "sinusoidal", "position encoding: sinusoidal (the paper), learned, rotary or relative "
+        "(T5's bucketed attention bias; encoder-decoder)", choices=POSITIONALS,
     )  # fmt: skip
+    separate_positions: bool = doc(
+        False, "learned positions: the encoder has its own table (BART, mBART; "
+        "encoder-decoder)",
+    )  # fmt: skip
+    relative_buckets: int | None = doc(
+        None, "relative positions: distance buckets of the attention bias (none: 32, T5's)"
+    )
+    relative_max_distance: int | None = doc(
+        None, "relative positions: the distance from which buckets stop growing (none: 128)"
+    )
     sinusoid_layout: str = doc(
         "interleaved", "sinusoids: interleaved (sin, cos of each frequency side by side: the "
         "paper) or split (all sines, then all cosines: Marian)", choices=SINUSOID_LAYOUTS,
@@ -113,6 +124,14 @@ class ModelConfig:
         None, "output logits capped smoothly at +-X: X tanh(z / X) (Gemma 2: 30)"
     )
     scale_embeddings: bool = doc(True, "token vectors times sqrt(d_model) (the paper; not GPT-2)")
+    embedding_norm: bool = doc(
+        False, "a LayerNorm on the input vectors (token + position) before the first layer, one "
+        "per stack (BART's and mBART's layernorm_embedding; encoder-decoder)",
+    )  # fmt: skip
+    head_scale: float | None = doc(
+        None, "factor on the last hidden states before the output projection (T5 with tied "
+        "embeddings: d_model^-0.5)",
+    )  # fmt: skip
     bias: bool = doc(True, "linear layers have biases (norms keep theirs)")
     logits_bias: bool = doc(
         False, "a learned bias added to the logits (Marian's final_logits_bias)"
@@ -172,6 +191,7 @@ class ModelConfig:
             bad(f"rotary_dim={rd!r} must be in [1, head dim {self.head_dim}] with rotary positions")
         self._check_rope(bad)
         self._check_attention(bad)
+        self._check_encoder_decoder(bad)
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             p = getattr(self, name)
             if p is not None and not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):
@@ -180,10 +200,11 @@ class ModelConfig:
         for name, value in ids.items():
             if not 0 <= value < self.vocab_size:
                 bad(f"{name}={value} is outside the vocabulary (size {self.vocab_size})")
-        # encoder-decoder: the decoder starts from bos_id, which may be the padding id (Marian:
-        # padding is always masked, never chosen); eos_id differs from both
-        if self.family == "encoder-decoder" and self.eos_id in (self.pad_id, self.bos_id):
-            bad(f"eos_id must differ from pad_id and bos_id, got {ids}")
+        # encoder-decoder: the decoder starts from bos_id, which may be the padding id (Marian,
+        # T5: padding is always masked, never chosen) or the EOS (BART, mBART-50, M2M100, NLLB:
+        # fed first, it ends nothing); eos_id differs from pad_id
+        if self.family == "encoder-decoder" and self.eos_id == self.pad_id:
+            bad(f"eos_id must differ from pad_id, got {ids}")
         # decoder-only: padding is masked and never chosen, so pad_id and bos_id may equal eos_id
         # (GPT-2: 50256 is all three); otherwise they differ
         if self.family == "decoder-only" and self.pad_id == self.bos_id != self.eos_id:
@@ -248,6 +269,34 @@ class ModelConfig:
             bad("sandwich_norm needs norm='pre' (a norm before and after each sublayer)")
         if self.qk_norm and self.norm_type != "rmsnorm":
             bad("qk_norm is an RMSNorm: it needs norm_type='rmsnorm'")
+
+    def _check_encoder_decoder(self, bad) -> None:
+        """Embedding norms, their own positions, relative positions: encoder-decoder only."""
+        extras = {
+            "embedding_norm": self.embedding_norm or None,
+            "positional": "relative" if self.positional == "relative" else None,
+            "separate_positions": self.separate_positions or None,
+        }  # fmt: skip
+        if self.family == "decoder-only" and any(v is not None for v in extras.values()):
+            given = {k: v for k, v in extras.items() if v is not None}
+            bad(f"{given} are supported for encoder-decoder models")
+        for name in ("relative_buckets", "relative_max_distance"):
+            v = getattr(self, name)
+            if v is not None and self.positional != "relative":
+                bad(f"{name} needs positional='relative'")
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 2):
+                bad(f"{name}={v!r} must be an integer >= 2")
+        if self.separate_positions and self.positional != "learned":
+            bad("separate_positions needs positional='learned'")
+        hs = self.head_scale
+        if hs is not None and (isinstance(hs, bool) or not isinstance(hs, (int, float))
+                               or not 0 < hs < float("inf")):  # fmt: skip
+            bad(f"head_scale={hs!r} must be a positive number (or none)")
+
+    @property
+    def buckets(self) -> tuple[int, int]:
+        """Relative positions' (buckets, max distance), T5's defaults where unset."""
+        return (self.relative_buckets or 32, self.relative_max_distance or 128)
 
     @property
     def head_dim(self) -> int:

@@ -61,8 +61,12 @@ def follow_umask(path: str | os.PathLike) -> None:
 @contextlib.contextmanager
 def atomic_text(path: str | os.PathLike) -> Iterator[TextIO]:
     """A text file (UTF-8, '\\n' line ends) written whole or not at all: into a temporary file
-    beside `path`, renamed over it when the block ends without an error."""
+    beside `path`, renamed over it when the block ends without an error. The temporary files
+    that killed writers of `path` left (.NAME.tmp-PID of a process that is gone) are deleted."""
     path = Path(path)
+    for _, leftover in _leftovers(path, "tmp"):
+        if leftover.is_file() and not leftover.is_symlink():
+            leftover.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
@@ -169,5 +173,7 @@ def describe_os_error(e: OSError) -> str:
     """One line for an OSError (disk full, permissions, ...), naming the file."""
     where = f": {e.filename}" if e.filename else ""
     if e.errno == errno.ENOSPC:
+        if not e.filename and e.strerror and e.strerror != os.strerror(errno.ENOSPC):
+            return f"no space left on the device: {e.strerror}"  # what the writer says it kept
         return f"no space left on the device{where} (nothing was left half-written)"
     return f"{e.strerror or e}{where}"

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
+import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -37,12 +39,15 @@ def doc(
     commands: tuple[str, ...] | None = None,
     shown: str | None = None,
     choices: tuple | None = None,
+    aliases: tuple[str, ...] = (),
 ) -> Any:
     """A dataclass field with its documentation (see the module docstring). `shown`: how the
-    default reads in help texts (default: its value)."""
+    default reads in help texts (default: its value); `aliases`: older spellings of the flag,
+    still accepted, not shown in --help."""
     metadata = {
         "help": help,
         "flags": flags,
+        "aliases": aliases,
         "metavar": metavar,
         "hf": hf,
         "commands": commands,
@@ -150,6 +155,8 @@ def add_flags(
                 kw["choices"] = meta["choices"]
                 kw["metavar"] = "{" + ",".join(meta["choices"]) + "}"
         parser.add_argument(*names, **kw)
+        if meta.get("aliases"):
+            parser.add_argument(*meta["aliases"], **(kw | {"help": argparse.SUPPRESS}))
 
 
 def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
@@ -165,3 +172,48 @@ def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 def hf_names(cls: type) -> dict[str, str]:
     """{Hugging Face generation_config.json name: field} for the fields that declare one."""
     return {f.metadata["hf"]: f.name for f in dataclasses.fields(cls) if f.metadata.get("hf")}
+
+
+# ---- errors that say what was meant ----------------------------------------------------------
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """'; did you mean X?' (or 'X or Y') for the choices close to `word`, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def unknown_flags(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
+    """The error for arguments a parser does not take, with the flags close to each."""
+    flags = [s for s in parser._option_string_actions if s.startswith("--")]
+    shown = [f for f in flags if parser._option_string_actions[f].help != argparse.SUPPRESS]
+    unknown = [e for e in extra if e.startswith("-")] or list(extra)
+    plural = "s" if len(unknown) > 1 else ""
+    hints = "".join(did_you_mean(e.split("=", 1)[0], shown) for e in unknown if e.startswith("-"))
+    return f"unrecognized argument{plural}: {' '.join(unknown)}{hints}"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with close matches for a mistyped choice (a preset, a subcommand) and an error
+    in one line: the usage is printed only when it is short, else a pointer to --help (a
+    command with 60 flags would bury the one line that matters under them)."""
+
+    USAGE_LINES = 3  # the most lines of usage printed above an error
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is None or value in choices:
+            return
+        names = [str(c) for c in choices]
+        listed = ", ".join(map(repr, names))
+        raise argparse.ArgumentError(
+            action,
+            f"invalid choice: {value!r}{did_you_mean(str(value), names)} (choose from {listed})",
+        )
+
+    def error(self, message: str) -> typing.NoReturn:
+        usage = self.format_usage()
+        if usage.count("\n") <= self.USAGE_LINES:
+            sys.stderr.write(usage)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message} (all options: {self.prog} --help)\n")

@@ -54,6 +54,7 @@ from __future__ import annotations
 from .config import ModelConfig
 
 PACKAGE_FORMAT = "edgeformer-package"
+CHECKPOINT_FORMAT = "edgeformer-checkpoint"  # a training checkpoint's config.json (models/)
 FORMAT_VERSION = 5
 # 2: `model` under ModelConfig's names, no logits_3d; 3: encoder-decoder cross-attention as
 # MultiHeadAttention (no last_key/last_value, no cross presents); 4: the encoder-decoder step
@@ -112,6 +113,9 @@ HF_NAMES = {
     "attn_softcap": "attn_logit_softcapping",
     "logit_softcap": "final_logit_softcapping",
     "attention_window": "sliding_window",
+    "relative_buckets": "relative_attention_num_buckets",
+    "relative_max_distance": "relative_attention_max_distance",
+    "embedding_norm": "layernorm_embedding",
 }
 OUR_NAMES = {hf: ours for ours, hf in HF_NAMES.items()}
 
@@ -133,6 +137,11 @@ OMITTED_AT_DEFAULT: dict[str, object] = {
     "attention_scale": None,
     "attn_softcap": None,
     "logit_softcap": None,
+    "relative_buckets": None,
+    "relative_max_distance": None,
+    "embedding_norm": False,
+    "separate_positions": False,
+    "head_scale": None,
 }
 
 

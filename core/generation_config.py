@@ -47,12 +47,34 @@ NEUTRAL = {
 }  # fmt: skip
 
 
+# an encoder-decoder's fields read besides GenerationOptions': the token forced after the
+# decoder start (a translator's target language, BART's <s>: the translator's target prefix) and
+# min_length (min_new_tokens + 1, the decoder start counted)
+ENCODER_DECODER_FIELDS = {"forced_bos_token_id", "min_length"}
+
+
+def forced_first_token(data: object, config: PackageConfig, where: str) -> int | None:
+    """An encoder-decoder's forced_bos_token_id (None when unset); PackageError when it is not
+    a token id of the vocabulary."""
+    token = data.get("forced_bos_token_id") if isinstance(data, dict) else None
+    if isinstance(token, list) and len(token) == 1:
+        token = token[0]
+    vocab = config.model.vocab_size
+    if token is not None and not (
+        isinstance(token, int) and not isinstance(token, bool) and 0 <= token < vocab
+    ):
+        raise PackageError(f"{where}: forced_bos_token_id must be a token id < {vocab}")
+    return token
+
+
 def ignored_fields(data: object, config: PackageConfig) -> list[str]:
     """generation_config.json's fields the runtime does not apply (named at load and by
     `edgeformer info`, never dropped silently)."""
     if not isinstance(data, dict):
         return []
     known = set(GENERATION_FIELDS) | UNDERSTOOD | NO_EFFECT
+    if config.family == "encoder-decoder":
+        known |= ENCODER_DECODER_FIELDS
     out = sorted(
         k for k, v in data.items()
         if k not in known and v is not None and not (k in NEUTRAL and v == NEUTRAL[k])
@@ -89,6 +111,11 @@ def generation_settings(data: object, config: PackageConfig, where: str) -> dict
         if not isinstance(length, int) or isinstance(length, bool) or length < 2:
             raise PackageError(f"{where}: max_length must be an integer >= 2, got {length!r}")
         out["max_new_tokens"] = length - 1  # transformers counts the decoder start token
+    shortest = data.get("min_length")
+    if config.family == "encoder-decoder" and "min_new_tokens" not in out and shortest:
+        if not isinstance(shortest, int) or isinstance(shortest, bool) or shortest < 0:
+            raise PackageError(f"{where}: min_length must be an integer >= 0, got {shortest!r}")
+        out["min_new_tokens"] = max(shortest - 1, 0)  # the decoder start counted
     try:
         GenerationOptions(**out)
     except (TypeError, ValueError) as e:

@@ -46,6 +46,7 @@ class GenerationOptions:
     seed: int | None = doc(None, "random seed of sampling (none: a fresh one each call)")
     num_beams: int = doc(
         1, "beam search with N beams (1: greedy search)", flags=("--beam", "--num-beams"),
+        aliases=("--beams",),
         metavar="N", hf="num_beams",
     )  # fmt: skip
     length_penalty: float = doc(

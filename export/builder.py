@@ -195,6 +195,7 @@ class Builder:
         # the embedding scale (sqrt(C), or 1) folded into the table; a tied head divides it out
         self.scale = float(model.embed.scale)
         self.table = _f32(model.embed.weight) * np.float32(self.scale)
+        self._bias: dict[str, str] = {}  # relative positions' attention bias, per graph
 
     # -- padded heads ----------------------------------------------------------------------------
     @property
@@ -423,8 +424,13 @@ class Builder:
         params = {"weight": _f32(norm.weight)}
         if getattr(norm, "bias", None) is not None:
             params["bias"] = _f32(norm.bias)
-        if last and self.tied and self.scale != 1.0:  # the head multiplies by the scaled table
-            s = np.float32(1.0 / self.scale)
+        factor = 1.0
+        if last and self.tied:  # the head multiplies by the scaled table
+            factor /= self.scale
+        if last and self.cfg.head_scale is not None:  # and by head_scale (T5's d^-0.5)
+            factor *= self.cfg.head_scale
+        if factor != 1.0:
+            s = np.float32(factor)
             params = {k: v * s for k, v in params.items()}
             name += ".head"
         return [g.weight(f"{name}.{k}", v) for k, v in params.items()]
@@ -448,14 +454,20 @@ class Builder:
         return (normed, None, None, s) if n_out == 4 else normed
 
     def residual_stack(
-        self, g: Graph, x: str, pos: str | None, sublayers, norms, last: bool, posts=None
-    ):
+        self, g: Graph, x: str, pos: str | None, sublayers, norms, last: bool, posts=None,
+        emb_norm=None,
+    ):  # fmt: skip
         """Run sublayers f_k(h) -> (y, bias) with residuals and LayerNorms; returns the output.
 
         post-LN: x = LN_k(x + f_k(x) + b);   pre-LN: h = LN_k(x); x = x + f_k(h) + b; ...; LN_final.
         sandwich (posts: the sublayers' output norms): x = x + LN'_k(f_k(h) + b) instead.
-        `pos` (the position vectors, or None) is added to the token vectors x first.
+        `pos` (the position vectors, or None) is added to the token vectors x first; emb_norm
+        (BART's layernorm_embedding: (norm, name)) normalizes that sum before the first layer.
         """
+        if emb_norm is not None:
+            if pos is not None:
+                x, pos = g.op("Add", [x, pos]), None
+            x = self.norm(g, x, self.norm_params(g, emb_norm, False))
         K = len(sublayers)
         if self.cfg.norm == "post":
             if pos is not None:
@@ -479,10 +491,16 @@ class Builder:
             h, _, _, x = self.skip_norm(g, y, x, params, b, 4)
         return h
 
-    def positions(self, g: Graph, position_ids: str) -> str | None:
-        if self.cfg.positional == "rotary":
+    def positions(self, g: Graph, position_ids: str, source: bool = False) -> str | None:
+        """Absolute position vectors (B, T, C), or None (rotary, relative); source: the
+        encoder's own table where it has one (BART)."""
+        if self.cfg.positional not in ("sinusoidal", "learned"):
             return None
-        return g.op("Gather", [g.weight("pos.table", _f32(self.model.pos.table)), position_ids])
+        own = source and self.cfg.separate_positions
+        table, name = (
+            (self.model.src_pos.table, "src_pos") if own else (self.model.pos.table, "pos")
+        )
+        return g.op("Gather", [g.weight(f"{name}.table", _f32(table)), position_ids])
 
     def rotary_caches(self, g: Graph, local: bool = False) -> tuple[str, str]:
         """The cos/sin tables (rows, R/2) of the model's rotary (local: the sliding layers')."""
@@ -529,6 +547,44 @@ class Builder:
             )  # fmt: skip
             for t, heads in tensors
         ]
+
+    def encoder_bias(self, g: Graph, n: str) -> str:
+        """T5's bidirectional bias (1, H, S, S) of an n-token source, once per graph: a
+        constant (2L - 1, H) table of every distance k - q, gathered at k - q + L - 1.
+
+            Range(n) -> k - q + (L - 1) (S, S) -> Gather(table) (S, S, H) -> (1, H, S, S)
+        """
+        if g.name not in self._bias:
+            L = self.cfg.max_len
+            table = _f32(self.model.enc_bias.by_distance(L))
+            r = g.op("Range", [g.const(0), n, g.const(1)])
+            rows = g.op("Unsqueeze", [r, g.const([1])])  # q (S, 1)
+            cols = g.op("Unsqueeze", [r, g.const([0])])  # k (1, S)
+            idx = g.op("Add", [g.op("Sub", [cols, rows]), g.const(L - 1)])
+            b = g.op("Gather", [g.weight("enc.relative_bias", table), idx])
+            self._bias[g.name] = g.op("Unsqueeze", [g.op("Transpose", [b], perm=[2, 0, 1]),
+                                                    g.const([0])])  # fmt: skip
+        return self._bias[g.name]
+
+    def decoder_bias(self, g: Graph, position_ids: str, total: str) -> str:
+        """T5's causal bias of one new token per row over keys 0 .. total - 1, (B, H, 1, total),
+        once per graph: a constant (L, H) table of every distance q - k >= 0 (later keys are
+        masked by the attention: their bias is the distance-0 one).
+
+            position_ids (B, 1) - Range(total) -> clip 0 .. L - 1 -> Gather(table) -> (B, H, 1, K)
+        """
+        if g.name not in self._bias:
+            from onnx import TensorProto as TP
+
+            L = self.cfg.max_len
+            table = _f32(self.model.dec_bias.by_distance(L)[:L].flip(0))  # q - k = 0 .. L - 1
+            k = g.op("Range", [g.const(0), g.op("Cast", [total], to=TP.INT64), g.const(1)])
+            dist = g.op("Sub", [position_ids, g.op("Unsqueeze", [k, g.const([0])])])  # (B, K)
+            dist = g.op("Clip", [dist, g.const(0), g.const(L - 1)])
+            b = g.op("Gather", [g.weight("dec.relative_bias", table), dist])  # (B, K, H)
+            b = g.op("Transpose", [b], perm=[0, 2, 1])
+            self._bias[g.name] = g.op("Unsqueeze", [b, g.const([2])])
+        return self._bias[g.name]
 
     def head_norm(self, g: Graph, t: str, heads: int, norm, name: str) -> str:
         """qk_norm: an RMSNorm over each head's D dims of a (B, T, heads x D) tensor.
@@ -577,6 +633,8 @@ class Builder:
             ins = [*qkv, cache[0], cache[1], seqlens_k, total]
             if fused_rotary:
                 ins += list(self.rotary_caches(g, local))
+            if cfg.positional == "relative":  # cos, sin, position_ids unused; attention_bias
+                ins += ["", "", "", self.decoder_bias(g, position_ids, total)]
             y, pk, pv = g.op(
                 "GroupQueryAttention", ins, 3, MS, num_heads=self.H, kv_num_heads=self.G,
                 do_rotary=int(fused_rotary), rotary_interleaved=0,
@@ -657,11 +715,12 @@ class Builder:
         sublayers = []
         for i, layer in enumerate(m.encoder):
             sublayers.append(self._encoder_attention(g, layer.attn, f"enc.{i}.attn", mask32,
-                                                     position_ids))  # fmt: skip
+                                                     position_ids, n))  # fmt: skip
             sublayers.append(self.feed_forward(g, layer.ffn, f"enc.{i}.ffn"))
         norms = self.norms("enc", m.encoder, m.enc_norm)
-        pos = self.positions(g, position_ids)
-        memory = self.residual_stack(g, x, pos, sublayers, norms, last=False)
+        pos = self.positions(g, position_ids, source=True)
+        emb_norm = None if m.enc_emb_norm is None else (m.enc_emb_norm, "enc.emb_norm")
+        memory = self.residual_stack(g, x, pos, sublayers, norms, last=False, emb_norm=emb_norm)
         outs = io_names("encoder-decoder", self.cfg.n_decoder_layers)["encoder"]["outputs"]
         B, S, Dp = "batch", "src_len", self.Dp
         # each row's last source position (B, 1): its K/V are the cross GQA's "new" K/V
@@ -679,9 +738,11 @@ class Builder:
                 g.output(g.op("Unsqueeze", [t, g.const([1])]), out, TP.FLOAT, [B, 1, self.H * Dp])
         return g
 
-    def _encoder_attention(self, g: Graph, attn, name: str, mask32: str, position_ids: str):
-        """Bidirectional self-attention with a key padding mask (MultiHeadAttention)."""
+    def _encoder_attention(self, g: Graph, attn, name: str, mask32: str, position_ids: str, n: str):
+        """Bidirectional self-attention with a key padding mask (MultiHeadAttention); T5's
+        relative positions as its attention_bias."""
         rotary = self.cfg.positional == "rotary"
+        relative = self.cfg.positional == "relative"
 
         def f(h):
             qkv, b = self.linear(g, h, attn.qkv, f"{name}.qkv", add_bias=rotary)
@@ -689,8 +750,8 @@ class Builder:
             if rotary:
                 q, k = self.rotate(g, ((q, self.H), (k, self.H)), position_ids, self.D)
             scale = {} if self.cfg.attention_scale is None else {"scale": self.cfg.attention_scale}
-            y = g.op("MultiHeadAttention", [q, k, v, b or "", mask32], domain=MS, num_heads=self.H,
-                     **scale)  # fmt: skip
+            ins = [q, k, v, b or "", mask32, *([self.encoder_bias(g, n)] if relative else [])]
+            y = g.op("MultiHeadAttention", ins, domain=MS, num_heads=self.H, **scale)
             return self.linear(g, y, attn.out, f"{name}.out", add_bias=False)
 
         return f
@@ -759,8 +820,10 @@ class Builder:
             sublayers.append(self.feed_forward(g, layer.ffn, f"dec.{i}.ffn"))
         norms = self.norms("dec", layers, m.dec_norm if ed else m.norm)
         posts = self.post_norms("dec", layers) if cfg.sandwich_norm else None
-        h = self.residual_stack(g, self.embedding(g, ids), self.positions(g, position_ids),
-                                sublayers, norms, last=True, posts=posts)  # fmt: skip
+        emb_norm = getattr(m, "dec_emb_norm", None)
+        emb_norm = None if emb_norm is None else (emb_norm, "dec.emb_norm")
+        x, pos = self.embedding(g, ids), self.positions(g, position_ids)
+        h = self.residual_stack(g, x, pos, sublayers, norms, True, posts, emb_norm)
         if ed:  # one token a row: its hidden state (B, 1, C) -> (B, C)
             h_last = g.op("Squeeze", [h, g.const([1])])
         else:  # the last real position of each row: the largest position id (padding: id 0)

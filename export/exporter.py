@@ -44,7 +44,7 @@ from ..models.checkpoint import (
     TOKENIZER_CONFIG,
     load_checkpoint,
 )
-from ..runtime.tokenizer import make_probe
+from ..runtime.tokenizer import genai_tokenizer_problem, make_probe
 from .builder import OPSET, build_graphs
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .ort_format import to_ort_format
@@ -52,7 +52,12 @@ from .quality import calibration_batches
 from .recipes import VARIANT_SPECS, variant_spec
 from .source import checkpoint_folder
 from .verify import check_parity, golden_record
-from .writer import genai_config, write_accuracy_variant, write_graphs
+from .writer import (
+    byte_level_char_tokenizer,
+    genai_config,
+    write_accuracy_variant,
+    write_graphs,
+)
 
 
 def _log(verbose: bool, msg: str) -> None:
@@ -144,8 +149,13 @@ def write_tokenizer_config(folder: Path, checkpoint_dir: Path, cfg) -> None:
         shutil.copyfile(own, folder / TOKENIZER_CONFIG_FILE)
         return
     tok = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-    ids = {"bos_token": cfg.bos_id, "eos_token": cfg.eos_id, "pad_token": cfg.pad_id}
-    data = {k: tok.id_to_token(i) for k, i in ids.items() if tok.id_to_token(i) is not None}
+    ids = {"bos_token": cfg.bos_id, "eos_token": cfg.eos_id, "pad_token": cfg.pad_id,
+           "unk_token": unk_id(folder / TOKENIZER_FILE)}  # fmt: skip
+    data = {
+        k: tok.id_to_token(i)
+        for k, i in ids.items()
+        if i is not None and tok.id_to_token(i) is not None
+    }
     data |= {"clean_up_tokenization_spaces": False, "tokenizer_class": "PreTrainedTokenizerFast"}
     (folder / TOKENIZER_CONFIG_FILE).write_text(json.dumps(data, indent=2, ensure_ascii=False))
 
@@ -241,7 +251,12 @@ def write_package(
         shutil.copyfile(checkpoint_dir / SOURCE_TOKENIZER, tmp / SOURCE_TOKENIZER_FILE)
         tokenizers.append(SOURCE_TOKENIZER_FILE)
     if cfg.family == "decoder-only":
+        if byte_level_char_tokenizer(tmp / TOKENIZER_FILE):  # onnxruntime-genai reads it so
+            _log(verbose, "tokenizer: characters written in byte-level form (the same ids)")
         write_tokenizer_config(tmp, checkpoint_dir, cfg)
+        problem = genai_tokenizer_problem(tmp / TOKENIZER_FILE)
+        if problem is not None:
+            _log(verbose, f"note: {problem}")
     entries: dict[str, VariantEntry] = {}
     hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
     # the sizes load checks config.json against, and the head size the graphs' attention and

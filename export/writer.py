@@ -7,6 +7,7 @@ types config.json, runtime/package.py reads it all back.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -125,3 +126,41 @@ def genai_config(
         "num_beams": 1,
     }
     return {"model": model, "search": search}
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte -> printable character map (byte-level BPE's token strings)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    extra = (b for b in range(256) if b not in printable)
+    return {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(extra)}
+
+
+BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+              "use_regex": False}  # fmt: skip
+
+
+def byte_level_char_tokenizer(tokenizer_json: Path) -> bool:
+    """Rewrite a character tokenizer (train/tokenizer.py's: a BPE without merges, no
+    normalizer or pre-tokenizer, a Fuse decoder) over ASCII characters as the same vocabulary in
+    byte-level form (GPT-2's: a space is 'Ġ', a newline 'Ċ'), in place: the same ids for every
+    text, and the form onnxruntime-genai's og.Tokenizer reads (it takes a tokenizer without a
+    SentencePiece decoder for a byte-level one, and gave -1 for the space of the original).
+    False, untouched, for any other tokenizer."""
+    data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    model = data.get("model") or {}
+    decoder = data.get("decoder") or {}
+    if (
+        model.get("type") != "BPE" or model.get("merges") or data.get("normalizer")
+        or data.get("pre_tokenizer") or decoder.get("type") != "Fuse"
+    ):  # fmt: skip
+        return False
+    special = {t["content"] for t in data.get("added_tokens", [])}
+    chars = [t for t in model.get("vocab", {}) if t not in special]
+    if not all(len(c) == 1 and ord(c) < 128 for c in chars):
+        return False  # a multi-byte character would need merges: left as it is
+    byte = _byte_chars()
+    model["vocab"] = {(t if t in special else byte[ord(t)]): i for t, i in model["vocab"].items()}
+    data["pre_tokenizer"] = BYTE_LEVEL
+    data["decoder"] = BYTE_LEVEL
+    tokenizer_json.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return True

@@ -14,10 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -26,13 +28,27 @@ from safetensors.torch import load_model, save_model
 
 from ..core.config import ModelConfig
 from ..core.files import atomic_folder
+from ..core.format import CHECKPOINT_FORMAT
 from .transformer import DecoderOnly, EncoderDecoder, build_model
 
-CHECKPOINT_FORMAT = "edgeformer-checkpoint"
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 SOURCE_TOKENIZER = "source_tokenizer.json"  # optional
 GENERATION_CONFIG = "generation_config.json"  # optional: default decoding settings (HF's file)
 TOKENIZER_CONFIG = "tokenizer_config.json"  # optional: chat template, special-token strings
+
+
+@contextlib.contextmanager
+def os_errors(path: Path) -> Iterator[None]:
+    """safetensors' I/O failures (SafetensorError "... (os error 28)": a full disk) as the
+    OSError they are, naming `path`: the commands print an OSError as one line."""
+    try:
+        yield
+    except SafetensorError as e:
+        found = re.search(r"(?:os error|code:) (\d+)", str(e))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
 
 
 def save_checkpoint(
@@ -49,7 +65,7 @@ def save_checkpoint(
     `extra(folder)` may write more files (the training state) into the folder before it is
     renamed into place; if it fails, nothing is left and an older `path` is kept intact."""
     path = Path(path)
-    with atomic_folder(path) as tmp:
+    with os_errors(path), atomic_folder(path) as tmp:
         save_model(model, str(tmp / WEIGHTS))
         config = {"format": CHECKPOINT_FORMAT, "model": model.cfg.to_dict(), **(meta or {})}
         (tmp / CONFIG).write_text(json.dumps(config, indent=2))
@@ -98,4 +114,11 @@ def load_checkpoint(
             f"checkpoint {path}: weights do not match config.json "
             f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
         )
+    for name, t in model.state_dict().items():  # a diverged run's weights: never exported
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ValueError(
+                f"checkpoint {path}: weight {name!r} holds {bad} NaN or infinite values of "
+                f"{t.numel()} (a diverged training run?)"
+            )
     return model.to(device).eval(), config

@@ -65,6 +65,51 @@ class AbsolutePositions(nn.Module):
         return F.embedding(positions, self.table)
 
 
+def relative_bucket(distance: torch.Tensor, bidirectional: bool, buckets: int, max_distance: int):
+    """T5's bucket of each key - query distance (Raffel et al., 2020; transformers'
+    T5Attention._relative_position_bucket): exact below half the buckets, logarithmic up to
+    max_distance, the last bucket beyond; a bidirectional (encoder) bias gives keys after the
+    query their own half of the buckets, a causal one (decoder) sees only keys before it."""
+    out = torch.zeros_like(distance)
+    if bidirectional:
+        buckets //= 2
+        out += (distance > 0).long() * buckets
+        distance = distance.abs()
+    else:
+        distance = -distance.clamp(max=0)
+    exact = buckets // 2
+    far = (
+        exact
+        + (
+            torch.log(distance.float() / exact) / math.log(max_distance / exact) * (buckets - exact)
+        ).long()
+    )
+    far = far.clamp(max=buckets - 1)
+    return out + torch.where(distance < exact, distance, far)
+
+
+class RelativeBias(nn.Module):
+    """T5's relative position bias: a learned value per head and distance bucket, added to the
+    attention logits of every layer of one stack (bidirectional: the encoder's)."""
+
+    def __init__(self, cfg: ModelConfig, bidirectional: bool):
+        super().__init__()
+        self.buckets, self.max_distance = cfg.buckets
+        self.bidirectional = bidirectional
+        self.table = nn.Parameter(torch.zeros(self.buckets, cfg.n_heads))  # (buckets, H)
+
+    def by_distance(self, n: int) -> torch.Tensor:
+        """The bias of every distance -(n - 1) .. n - 1, (2n - 1, H): row n - 1 + (k - q)."""
+        d = torch.arange(-(n - 1), n, device=self.table.device)
+        return self.table[relative_bucket(d, self.bidirectional, self.buckets, self.max_distance)]
+
+    def forward(self, q_pos: torch.Tensor, s: int) -> torch.Tensor:
+        """q_pos (T,) query positions, keys 0 .. S - 1 -> the bias (1, H, T, S)."""
+        distance = torch.arange(s, device=q_pos.device)[None, :] - q_pos[:, None]  # (T, S)
+        b = relative_bucket(distance, self.bidirectional, self.buckets, self.max_distance)
+        return self.table[b].permute(2, 0, 1)[None]
+
+
 def rope_frequencies(cfg: ModelConfig, local: bool = False) -> list[tuple[torch.Tensor, float]]:
     """The rotary inverse frequencies (R/2,) float64 and the factor on cos/sin, as Hugging Face's
     rope_parameters compute them (modeling_rope_utils): one set, or for longrope two (short,
@@ -206,8 +251,15 @@ def attend(
     dropout: float,
     scale: float | None,  # None: 1/sqrt(D)
     softcap: float | None,  # logits -> softcap * tanh(logits / softcap) before the softmax
+    bias: torch.Tensor | None = None,  # (1 or B, H, T, S) added to the logits (T5's positions)
 ) -> torch.Tensor:
     """Scaled dot-product attention, torch's fused kernel unless the logits are capped."""
+    if bias is not None:  # the bias as a float mask, -inf where the bool mask forbids
+        if isinstance(mask, str):
+            mask = causal_square(q.shape[-2], q.device)
+        if mask is not None:
+            bias = bias.masked_fill(~mask, float("-inf"))
+        mask = bias
     if softcap is None:
         causal = isinstance(mask, str)  # CAUSAL: torch's causal kernel, no mask tensor
         m = None if isinstance(mask, str) else mask
@@ -252,6 +304,7 @@ class SelfAttention(nn.Module):
         positions: torch.Tensor,  # (B, T) absolute positions of the new tokens
         rotary: Rotary | None = None,
         past: KV | None = None,  # (B, G, S - T, D) each
+        bias: torch.Tensor | None = None,  # (1 or B, H, T, S): relative positions (T5)
     ) -> tuple[torch.Tensor, KV]:
         q, k, v = self.qkv(x).split(self.split, dim=-1)
         q = split_heads(q, self.n_heads)  # (B, H, T, D)
@@ -265,7 +318,7 @@ class SelfAttention(nn.Module):
         group = self.n_heads // self.n_kv_heads  # query heads per key/value head
         kh, vh = (k, v) if group == 1 else (t.repeat_interleave(group, dim=1) for t in (k, v))
         p = self.dropout if self.training else 0.0
-        y = attend(q, kh, vh, mask, p, self.scale, self.softcap)
+        y = attend(q, kh, vh, mask, p, self.scale, self.softcap, bias)
         return self.out(merge_heads(y)), (k, v)
 
 
@@ -350,8 +403,8 @@ class EncoderLayer(nn.Module):
         self.attn, self.ffn = SelfAttention(cfg), FeedForward(cfg, cfg.d_ff)
         self.res_attn, self.res_ffn = Residual(cfg), Residual(cfg)
 
-    def forward(self, x, mask, positions, rotary=None) -> torch.Tensor:
-        x, _ = self.res_attn(x, lambda h: self.attn(h, mask, positions, rotary))
+    def forward(self, x, mask, positions, rotary=None, bias=None) -> torch.Tensor:
+        x, _ = self.res_attn(x, lambda h: self.attn(h, mask, positions, rotary, None, bias))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x
 
@@ -375,8 +428,9 @@ class DecoderLayer(nn.Module):
         past: KV | None = None,
         cross_kv: KV | None = None,
         cross_mask: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KV]:
-        x, present = self.res_attn(x, lambda h: self.attn(h, mask, positions, rotary, past))
+        x, present = self.res_attn(x, lambda h: self.attn(h, mask, positions, rotary, past, bias))
         cross, res_cross = self.cross, self.res_cross
         if cross is not None and res_cross is not None:
             x, _ = res_cross(x, lambda h: (cross(h, cross_kv, cross_mask), None))

@@ -18,6 +18,7 @@ from .layers import (
     AbsolutePositions,
     DecoderLayer,
     EncoderLayer,
+    RelativeBias,
     Rotary,
     TokenEmbedding,
     make_norm,
@@ -67,7 +68,8 @@ class _Base(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = TokenEmbedding(cfg)
-        self.pos = AbsolutePositions(cfg) if cfg.positional != "rotary" else None
+        absolute = cfg.positional in ("sinusoidal", "learned")
+        self.pos = AbsolutePositions(cfg) if absolute else None
         self.rotary = Rotary(cfg) if cfg.positional == "rotary" else None
         # the sliding_attention layers' own rotary base (Gemma 3)
         local = cfg.positional == "rotary" and cfg.local_rope_theta is not None
@@ -85,13 +87,23 @@ class _Base(nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
-    def embed_tokens(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def embed_tokens(
+        self, ids: torch.Tensor, positions: torch.Tensor, norm: nn.Module | None = None,
+        pos: nn.Module | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """Token vectors (+ positions), then the stack's embedding norm (BART) where it has one;
+        `pos`: the encoder's own position table (BART) instead of the shared one."""
         x = self.embed(ids)
-        if self.pos is not None:
-            x = x + self.pos(positions)
+        pos = self.pos if pos is None else pos
+        if pos is not None:
+            x = x + pos(positions)
+        if norm is not None:
+            x = norm(x)
         return self.drop(x)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, V)
+        if self.cfg.head_scale is not None:  # T5's tied head: d_model^-0.5
+            h = h * self.cfg.head_scale
         logits = h @ self.embed.weight.t() if self.cfg.tie_embeddings else self.lm_head(h)
         if self.cfg.logits_bias:
             logits = logits + self.logits_bias
@@ -109,12 +121,19 @@ class _Base(nn.Module):
 
 
 class EncoderDecoder(_Base):
-    """Encoder-decoder Transformer ("Attention Is All You Need"); one shared vocabulary."""
+    """Encoder-decoder Transformer ("Attention Is All You Need"); one shared vocabulary;
+    absolute positions (BART: a table per stack), or T5's relative bias per stack."""
 
     def __init__(self, cfg: ModelConfig):
         if cfg.family != "encoder-decoder":
             raise ValueError(f"EncoderDecoder needs family='encoder-decoder', got {cfg.family!r}")
         super().__init__(cfg)
+        self.src_pos = AbsolutePositions(cfg) if cfg.separate_positions else None
+        self.enc_emb_norm = make_norm(cfg) if cfg.embedding_norm else None
+        self.dec_emb_norm = make_norm(cfg) if cfg.embedding_norm else None
+        relative = cfg.positional == "relative"
+        self.enc_bias = RelativeBias(cfg, bidirectional=True) if relative else None
+        self.dec_bias = RelativeBias(cfg, bidirectional=False) if relative else None
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder = nn.ModuleList(
             DecoderLayer(cfg, cross=True) for _ in range(cfg.n_decoder_layers)
@@ -127,11 +146,13 @@ class EncoderDecoder(_Base):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_mask (B, S) 1 = real token -> memory (B, S, C)."""
         _check_length(self.cfg, src.shape[1], "source")
-        positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
-        x = self.embed_tokens(src, positions)
-        mask = key_padding_mask(src_mask, src.shape[1])
+        S = src.shape[1]
+        positions = torch.arange(S, device=src.device).expand_as(src)
+        x = self.embed_tokens(src, positions, self.enc_emb_norm, self.src_pos)
+        mask = key_padding_mask(src_mask, S)
+        bias = None if self.enc_bias is None else self.enc_bias(positions[0], S)
         for layer in self.encoder:
-            x = layer(x, mask, positions, self.rotary)
+            x = layer(x, mask, positions, self.rotary, bias)
         return self.enc_norm(x)
 
     def cross_kv(self, memory: torch.Tensor) -> list[KV]:
@@ -154,13 +175,16 @@ class EncoderDecoder(_Base):
         T = tgt.shape[1]
         _check_length(self.cfg, past + T, "target")
         positions = (torch.arange(T, device=tgt.device) + past).expand_as(tgt)
-        x = self.embed_tokens(tgt, positions)
+        x = self.embed_tokens(tgt, positions, self.dec_emb_norm)
         mask = causal_mask(T, past + T, tgt.device) if T > 1 else None
         cross_mask = key_padding_mask(src_mask, T)
+        bias = None if self.dec_bias is None else self.dec_bias(positions[0], past + T)
         present = []
         for i, layer in enumerate(self.decoder):
             layer_past = None if cache is None else cache[i]
-            x, kv = layer(x, mask, positions, self.rotary, layer_past, cross_kv[i], cross_mask)
+            x, kv = layer(
+                x, mask, positions, self.rotary, layer_past, cross_kv[i], cross_mask, bias
+            )
             present.append(kv)
         return self.logits(self.dec_norm(x)), present
 

@@ -27,6 +27,7 @@ Instances are thread-safe: each call builds its own stepper over the shared sess
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
@@ -43,6 +44,8 @@ from ..core.decoding import (
     iter_tokens,
     score,
 )
+from ..core.languages import per_text
+from ..core.schema import PackageError
 from .aio import WorkerPool
 from .batching import (
     READ_AHEAD,
@@ -69,6 +72,29 @@ __all__ = [
 ]
 
 Prefix = str | Sequence[int] | None  # a target prefix: text, ids, or none
+LanguageArg = str | Sequence[str | None] | None  # a language code, or one per text
+Languages = tuple[LanguageArg, LanguageArg]  # (source_lang, target_lang)
+
+
+def with_forced(
+    forced: list[list[int]], prefixes: list[list[int]] | None
+) -> list[list[int]] | None:
+    """Each text's target prefix after its forced first tokens (None: neither has any)."""
+    if not any(forced):
+        return prefixes
+    return [f + (p if prefixes is not None else []) for f, p in zip(forced, prefixes or forced)]
+
+
+def counting_forced(opts: GenerationOptions, k: int) -> GenerationOptions:
+    """opts whose max_new_tokens / min_new_tokens count the k forced first tokens (a target
+    language, BART's <s>) as transformers counts them: k fewer after the prefix."""
+    if not k:
+        return opts
+    assert opts.max_new_tokens is not None
+    return dataclasses.replace(
+        opts, max_new_tokens=max(opts.max_new_tokens - k, 1),
+        min_new_tokens=max(opts.min_new_tokens - k, 0),
+    )  # fmt: skip
 
 
 def _whole_only(opts: GenerationOptions) -> bool:
@@ -215,44 +241,75 @@ class Translator(_Loaded):
 
     # ---- text in -------------------------------------------------------------------------
 
-    def source_ids(self, text: str, truncate: bool = False, max_input_length: int = 0) -> list[int]:
-        """A text's source ids (+ EOS); [] for empty or whitespace-only text. ValueError (without
-        an index) for a non-string, a lone surrogate, or more than max_len ids (or
-        max_input_length, when set: EOS included) without truncate."""
+    def source_ids(
+        self, text: str, truncate: bool = False, max_input_length: int = 0,
+        source_lang: str | None = None,
+    ) -> list[int]:  # fmt: skip
+        """A text's source ids in the model's frame (+ EOS; a converted model's own: BART's
+        <s> first, NLLB's language token, in `source_lang` where given); [] for empty or
+        whitespace-only text. ValueError (without an index) for a non-string, a lone
+        surrogate, an unknown language, or more than max_len ids (or max_input_length, when
+        set: EOS included) without truncate."""
         problem = text_problem(text)
         if problem:
             raise ValueError(problem)
         m = self.model
+        head, tail = m.translation.frame(source_lang)
         ids = m.encode_source(text) if text.strip() else []
         if not ids:
             return []
         limit = min(max_input_length or m.max_len, m.max_len)
+        extra = len(head) + len(tail)
         if truncate:
-            ids = ids[: limit - 1]
-        elif len(ids) + 1 > limit:
+            ids = ids[: max(limit - extra, 1)]
+        elif len(ids) + extra > limit:
             what = f"the model's max_len {m.max_len}"
             if limit < m.max_len:
                 what = f"max_input_length {limit}"
             raise ValueError(
-                f"source of {len(ids) + 1} tokens (with EOS) is longer than {what} "
+                f"source of {len(ids) + extra} tokens (with EOS) is longer than {what} "
                 "(truncate=True or --truncate cuts longer ones)"
             )
-        return ids + [m.eos_id]
+        return head + ids + tail
+
+    def check_languages(self, source_lang: str | None, target_lang: str | None) -> None:
+        """ValueError (naming close matches) for a code the model does not know, or a missing
+        target language a multilingual model needs."""
+        self.model.translation.frame(source_lang)
+        self._forced(target_lang, 1)
+
+    @property
+    def languages(self) -> list[str]:
+        """The model's language codes (source_lang / target_lang); [] for a one-pair model."""
+        return list(self.model.translation.languages)
+
+    def _forced(self, target_lang: str | Sequence[str | None] | None, n: int) -> list[list[int]]:
+        """Per text, the tokens forced after the decoder start: its target language's, else
+        the generation config's forced_bos_token_id (counted in max_new_tokens, as
+        transformers counts them)."""
+        m = self.model
+        return [
+            m.translation.target_prefix(t, m.forced_first, m.bos_id)
+            for t in per_text(target_lang, n, "target_lang")
+        ]
 
     def check_text(self, text: str, truncate: bool = False, max_input_length: int = 0) -> None:
         """ValueError (the reason, without an index) where translate_batch would refuse `text`."""
         self.source_ids(text, truncate, max_input_length)
 
     def _sources(
-        self, texts: list[str], truncate: bool, max_input_length: int = 0
-    ) -> tuple[list[int], list[list[int]]]:
+        self, texts: list[str], truncate: bool, max_input_length: int = 0,
+        source_lang: str | Sequence[str | None] | None = None,
+    ) -> tuple[list[int], list[list[int]]]:  # fmt: skip
         """(indices of non-empty texts, their source ids); empty texts translate to ''."""
         keep, sources = [], []
+        langs = per_text(source_lang, len(texts), "source_lang")
         for i, text in enumerate(texts):
             try:
-                ids = self.source_ids(text, truncate, max_input_length)
-            except ValueError as e:
-                raise ValueError(f"texts[{i}]: {e}") from None
+                ids = self.source_ids(text, truncate, max_input_length, langs[i])
+            except ValueError as e:  # a PackageError (the tokenizer failed on it) stays one
+                kind = PackageError if isinstance(e, PackageError) else ValueError
+                raise kind(f"texts[{i}]: {e}") from None
             if ids:
                 keep.append(i)
                 sources.append(ids)
@@ -291,17 +348,21 @@ class Translator(_Loaded):
         truncate: bool,
         opts: GenerationOptions,
         scores: bool,
+        langs: Languages = (None, None),
     ) -> list[TranslationResult]:
         """The one path of the text API: a TranslationResult per text ('' for an empty one).
-        `opts`: the package's defaults under the caller's options (Model.options)."""
+        `opts`: the package's defaults under the caller's options (Model.options); `langs`:
+        (source_lang, target_lang), each one code or one per text."""
         texts = check_texts(texts, "texts")
-        prefixes = self._prefix_ids(target_prefix, len(texts))
-        keep, sources = self._sources(texts, truncate, opts.max_input_length)
+        forced = self._forced(langs[1], len(texts))
+        prefixes = with_forced(forced, self._prefix_ids(target_prefix, len(texts)))
+        keep, sources = self._sources(texts, truncate, opts.max_input_length, langs[0])
         out = [TranslationResult([TextHypothesis("", [], 0.0, [])]) for _ in texts]
         if not sources:
             return out
         kept = None if prefixes is None else [prefixes[i] for i in keep]
         opts = self._prepare(opts, self._check_prefixes(kept, len(sources)))
+        opts = counting_forced(opts, min(len(forced[i]) for i in keep))
         text = self.model.decode
         stops = list(opts.stop)
         stop = None
@@ -323,25 +384,34 @@ class Translator(_Loaded):
         texts: list[str],
         target_prefix: Sequence[Prefix] | None = None,
         truncate: bool = False,
+        source_lang: LanguageArg = None,
+        target_lang: LanguageArg = None,
         **options,
     ) -> list[TranslationResult]:
         """A TranslationResult per text: scored hypotheses with their ids and per-token
         log-probabilities. `target_prefix` (aligned with texts; None, a text or ids per item)
-        is forced, scored and included in every hypothesis; `stop` strings cut the text."""
+        is forced, scored and included in every hypothesis; `stop` strings cut the text.
+        source_lang / target_lang (a multilingual model's codes, e.g. "eng_Latn",
+        "deu_Latn": one for all texts or one per text) pick the languages."""
         opts = self.model.options(**options)
-        return self._results(texts, target_prefix, truncate, opts, scores=True)
+        langs = (source_lang, target_lang)
+        return self._results(texts, target_prefix, truncate, opts, True, langs)
 
     def translate_batch(
         self,
         texts: list[str],
         truncate: bool = False,
         target_prefix: Sequence[Prefix] | None = None,
+        source_lang: LanguageArg = None,
+        target_lang: LanguageArg = None,
         **options,
     ) -> list[str]:
         """One translation per text ([] for an empty list): the best hypothesis (the first
-        sample / alternative when there are several)."""
+        sample / alternative when there are several). source_lang / target_lang: as
+        translate_results."""
         opts = self.model.options(**options)
-        results = self._results(texts, target_prefix, truncate, opts, _needs_results(opts))
+        langs = (source_lang, target_lang)
+        results = self._results(texts, target_prefix, truncate, opts, _needs_results(opts), langs)
         return [r.text for r in results]
 
     def translate_batch_nbest(
@@ -356,27 +426,33 @@ class Translator(_Loaded):
         return [[(h.text, h.score) for h in r.hypotheses] for r in results]
 
     def translate(self, text: str, target_prefix: Prefix = None, **options) -> str:
+        """One translation (options as translate_batch: source_lang, target_lang, ...)."""
         prefix = None if target_prefix is None else [target_prefix]
         return self.translate_batch([text], target_prefix=prefix, **options)[0]
 
     def stream(
-        self, text: str, target_prefix: Prefix = None, truncate: bool = False, **options
-    ) -> Iterator[str]:
+        self, text: str, target_prefix: Prefix = None, truncate: bool = False,
+        source_lang: str | None = None, target_lang: str | None = None, **options,
+    ) -> Iterator[str]:  # fmt: skip
         """Translation pieces as they are produced (greedy or sampling; a target prefix comes
         first); their concatenation equals translate()'s output. Beam search, several hypotheses
         or stop strings know their output only at the end: it comes as one piece."""
         opts = self.model.options(**options)
         prefix = None if target_prefix is None else [target_prefix]
+        langs = (source_lang, target_lang)
         if _whole_only(opts) or opts.stop:
-            whole = self._results([text], prefix, truncate, opts, _needs_results(opts))[0]
+            whole = self._results([text], prefix, truncate, opts, _needs_results(opts), langs)[0]
             if whole.text:
                 yield whole.text
             return
-        _, sources = self._sources(check_texts([text], "texts"), truncate, opts.max_input_length)
+        texts = check_texts([text], "texts")
+        _, sources = self._sources(texts, truncate, opts.max_input_length, source_lang)
         if not sources:
             return
-        prefixes = self._prefix_ids(prefix, 1)
+        forced = self._forced(target_lang, 1)
+        prefixes = with_forced(forced, self._prefix_ids(prefix, 1))
         opts = self._prepare(opts, self._check_prefixes(prefixes, 1))
+        opts = counting_forced(opts, len(forced[0]))
         assert opts.max_new_tokens is not None
         longest = len(prefixes[0]) if prefixes else 0
         stepper, first = self._start(sources, opts.max_new_tokens + longest)
@@ -405,18 +481,26 @@ class Translator(_Loaded):
         return score(first, stepper, scored)
 
     def score_batch(
-        self, sources: list[str], targets: list[str], truncate: bool = False
-    ) -> list[ScoringResult]:
-        """Per-token log-probabilities of each target translation given its source."""
+        self, sources: list[str], targets: list[str], truncate: bool = False,
+        source_lang: LanguageArg = None, target_lang: LanguageArg = None,
+    ) -> list[ScoringResult]:  # fmt: skip
+        """Per-token log-probabilities of each target translation given its source (the
+        target's forced first tokens, e.g. its language, included)."""
         sources, targets = check_texts(sources, "sources"), check_texts(targets, "targets")
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         if not sources:
             return []
         m = self.model
-        src = [m.encode_source(t) for t in sources]
-        src = [(ids[: m.max_len - 1] if truncate else ids) + [m.eos_id] for ids in src]
-        tgt = [m.encode(t) for t in targets]
+        langs = per_text(source_lang, len(sources), "source_lang")
+        src = []
+        for text, lang in zip(sources, langs):
+            head, tail = m.translation.frame(lang)
+            ids = m.encode_source(text)
+            room = m.max_len - len(head) - len(tail)
+            src.append(head + (ids[: max(room, 1)] if truncate else ids) + tail)
+        forced = self._forced(target_lang, len(targets))
+        tgt = [f + m.encode(t) for f, t in zip(forced, targets)]
         results = []
         for ids, logp in zip(tgt, self.score_ids(src, tgt)):
             ids = ids + [m.eos_id]
@@ -428,15 +512,22 @@ class Translator(_Loaded):
 
     def _pipeline(self, options: dict, truncate: bool) -> Pipeline:
         """translate_stream's view of this translator, with the request's options prepared
-        once for all its sub-batches."""
-        opts = self._prepare(self.model.options(**options))
+        once for all its sub-batches (one source_lang / target_lang for all texts)."""
+        source_lang, target_lang = (
+            options.pop("source_lang", None),
+            options.pop("target_lang", None),
+        )
+        forced = self._forced(target_lang, 1)[0]
+        opts = self._prepare(self.model.options(**options), len(forced))
+        opts = counting_forced(opts, len(forced))
 
         def translate(sources: list[list[int]]) -> list[list[int]]:
-            found = self._translate_prepared(sources, opts, scores=False)
+            prefixes = [forced] * len(sources) if forced else None
+            found = self._translate_prepared(sources, opts, prefixes, scores=False)
             return [h[0].tokens if h else [] for h in found]
 
         def encode(text: str) -> list[int]:
-            return self.source_ids(text, truncate, opts.max_input_length)
+            return self.source_ids(text, truncate, opts.max_input_length, source_lang)
 
         return Pipeline(encode, translate, self.model.decode, self.batch_pool)
 

@@ -17,14 +17,19 @@ unbounded string.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 MAX_PROMPT_CHARS = 1 << 21  # 2 Mi characters: above any context a package holds (~4 per token)
 MAX_TEMPLATE_CHARS = 1 << 20
+# the template's own work per render, in executed lines of its compiled code (a real template
+# runs a few thousand; nested loops that print nothing would otherwise run unbounded)
+MAX_TEMPLATE_STEPS = 2_000_000
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                       "cls_token", "mask_token")  # fmt: skip
 
@@ -170,18 +175,46 @@ class ChatTemplate:
         }
         pieces, size = [], 0
         try:
-            for piece in self._compiled.generate(**context):  # type: ignore[attr-defined]
-                size += len(piece)
-                if size > MAX_PROMPT_CHARS:
-                    raise ChatTemplateError(
-                        f"the chat template's output passed {MAX_PROMPT_CHARS} characters"
-                    )
-                pieces.append(piece)
+            with _step_budget(MAX_TEMPLATE_STEPS):
+                for piece in self._compiled.generate(**context):  # type: ignore[attr-defined]
+                    size += len(piece)
+                    if size > MAX_PROMPT_CHARS:
+                        raise ChatTemplateError(
+                            f"the chat template's output passed {MAX_PROMPT_CHARS} characters"
+                        )
+                    pieces.append(piece)
         except ChatTemplateError:
             raise
         except Exception as e:  # raise_exception's TemplateError, SecurityError, TypeError...
             raise ChatTemplateError(f"the chat template failed: {e}") from None
         return "".join(pieces)
+
+
+@contextlib.contextmanager
+def _step_budget(steps: int) -> Iterator[None]:
+    """Raise ChatTemplateError in the template's code once it has executed `steps` lines (a
+    line trace on this thread, on the template's frames only: Jinja compiles a template to
+    Python whose code objects are named for it, `<template>`); the previous trace comes back
+    after."""
+    left = [steps]
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename != "<template>":
+            return None
+        if event == "line":
+            left[0] -= 1
+            if left[0] < 0:
+                raise ChatTemplateError(
+                    f"the chat template ran over {steps} steps (a loop without end or output)"
+                )
+        return trace
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
 
 
 def token_string(value: object) -> str | None:

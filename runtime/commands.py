@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import math
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from typing import IO
@@ -74,6 +76,16 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     )
     add_flags(d, GenerationOptions, command)
     if command == "translate":
+        d.add_argument(
+            "--source-lang", metavar="CODE",
+            help="a multilingual model's source language, as its tokenizer names it (e.g. "
+            "eng_Latn, en_XX; `edgeformer info` lists them) (default: the model's own)",
+        )  # fmt: skip
+        d.add_argument(
+            "--target-lang", metavar="CODE",
+            help="a multilingual model's target language (e.g. deu_Latn, de_DE) (default: the "
+            "model's forced one, if any)",
+        )  # fmt: skip
         d.add_argument(
             "--target-prefix", metavar="TEXT",
             help="force every translation to start with TEXT, scored and included in the output "
@@ -237,12 +249,32 @@ def _batches(lines: Iterator, size: int) -> Iterator[list]:
         yield batch
 
 
+def stdout_kept() -> str:
+    """What a full disk left of standard output (a file: its size; the last line may be cut)."""
+    try:
+        info = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return "standard output: the lines before were written, the last one may be cut"
+    if not stat.S_ISREG(info.st_mode):
+        return "standard output: the lines before were written, the last one may be cut"
+    return (
+        f"standard output holds the first {info.st_size} bytes of the output: whole lines "
+        "then, at its end, a cut one"
+    )
+
+
 @contextlib.contextmanager
 def output(args: argparse.Namespace) -> Iterator[IO[str]]:
     """stdout, or --output FILE written whole or not at all."""
     path = getattr(args, "output", None)
     if path is None:
-        yield sys.stdout
+        try:
+            yield sys.stdout
+            sys.stdout.flush()  # a full disk shows here, not after main returned
+        except OSError as e:
+            if e.errno != errno.ENOSPC or e.filename:
+                raise
+            raise OSError(e.errno, stdout_kept()) from None
         return
     if args.input is not None and os.path.abspath(path) == os.path.abspath(args.input):
         raise ValueError(f"--output {path} is the --input file")
@@ -303,6 +335,9 @@ class BadLines:
 
 def run_translate(args: argparse.Namespace, model: Translator, options: dict) -> int:
     effective = model.model.options(**options)
+    langs = {"source_lang": args.source_lang, "target_lang": args.target_lang}
+    model.check_languages(**langs)  # an unknown code: one error before any input is read
+    options = options | langs
     bad = BadLines("translate", model, args.truncate, effective.max_input_length)
     live = interactive(args)
     with output(args) as out:
@@ -395,8 +430,9 @@ def package_info(path: str) -> str:
     """What `edgeformer info` prints: model, task, variants with sizes, graphs, requirements."""
     import onnxruntime as ort
 
-    from ..core.format import GENAI_CONFIG_FILE
+    from ..core.format import GENAI_CONFIG_FILE, TOKENIZER_FILE
     from .package import load_package
+    from .tokenizer import genai_tokenizer_problem
 
     pkg = load_package(path)  # checksums verified
     c = pkg.config
@@ -405,12 +441,15 @@ def package_info(path: str) -> str:
         f"{m.n_encoder_layers}+{m.n_decoder_layers}" if c.family == "encoder-decoder"
         else str(m.n_decoder_layers)
     )  # fmt: skip
-    task = ", ".join(f"{k} {v}" for k, v in c.task.items()) or "-"
+    listed = ("languages", "source_prefix", "source_suffix")
+    task = ", ".join(f"{k} {v}" for k, v in c.task.items() if k not in listed) or "-"
+    codes = list(c.task.get("languages") or {})
     source = " ".join(c.source.get(k, "") for k in ("format", "architecture")).strip()
     lines = [
         f"package      {pkg.path} (format {c.format_version}, checksums verified)",
         f"family       {c.family}; task: {task}",
         *([f"source       {source}"] if source else []),
+        *([f"languages    {len(codes)}: {' '.join(codes)}"] if codes else []),
         f"model        d_model {m.d_model}, {layers} layers, {m.n_heads} heads, "
         f"vocab {m.vocab_size}, max_len {m.max_len}, {m.norm}-LN, {m.positional}",
         f"onnxruntime  needs >= {c.min_onnxruntime}; here {ort.__version__}, providers "
@@ -438,6 +477,9 @@ def package_info(path: str) -> str:
         lines.append(f"             not applied by edgeformer: {', '.join(ignored)}")
     if GENAI_CONFIG_FILE in c.files:
         lines.append(f"genai        {GENAI_CONFIG_FILE}: onnxruntime-genai can run decoder.onnx")
+        problem = genai_tokenizer_problem(pkg.path / TOKENIZER_FILE)
+        if problem is not None:
+            lines.append(f"             note: {problem}")
     ort_format = all(v.weights is None for v in c.variants.values())
     lines.append("graphs (ORT format, weights inside each)" if ort_format else "graphs")
     for graph, io in c.graphs.items():

@@ -14,6 +14,8 @@ import os
 import re
 import threading
 import warnings
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -27,6 +29,7 @@ from ..core.format import (
     graph_metadata,
     graph_names,
 )
+from ..core.languages import TranslationTask
 from ..core.options import GenerationOptions, PreparedOptions, prepare_options
 from ..core.schema import PackageError
 from ..core.variants import pick_variant
@@ -34,8 +37,9 @@ from .chat import ChatTemplate, ChatTemplateError, chat_template_of
 from .package import Package, load_package
 from .session import PROVIDERS, SessionSettings
 from .steppers import Graph
-from .tokenizer import check_probe, load_tokenizer
+from .tokenizer import check_probe, guarded, load_tokenizer
 
+T = TypeVar("T")
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GenerationOptions))
 
 
@@ -207,6 +211,10 @@ class Model:
         source = pkg.source_tokenizer
         own = source.name != TOKENIZER_FILE
         self.source_tokenizer = load_tokenizer(source, vocab, where) if own else self.tokenizer
+        # a translator's source frame and languages (config.json's task), and the token its
+        # generation config forces first (forced_bos_token_id: BART's <s>)
+        self.translation = TranslationTask.from_task(self.config.task, self.eos_id, vocab, where)
+        self.forced_first = pkg.forced_first_token() if family == "encoder-decoder" else None
         tokenizers = {TOKENIZER_FILE: self.tokenizer, source.name: self.source_tokenizer}
         for probe in pkg.probes():  # export's: each tokenizer encodes as it did then
             if probe["file"] in tokenizers:
@@ -261,18 +269,27 @@ class Model:
     def encode_prompt(self, text: str) -> list[int]:
         """A language model's prompt ids as its tokenizer makes them, special tokens included
         (a converted Llama's BOS: its tokenizer.json's post-processor; transformers' default)."""
-        return self.tokenizer.encode(text, add_special_tokens=True).ids
+        encode = self.tokenizer.encode
+        return self.guard(lambda: encode(text, add_special_tokens=True).ids, TOKENIZER_FILE)
 
     def encode(self, text: str) -> list[int]:
         """Target-side ids (LM prompts, target prefixes, suppress_sequences, targets)."""
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        encode = self.tokenizer.encode
+        return self.guard(lambda: encode(text, add_special_tokens=False).ids, TOKENIZER_FILE)
 
     def encode_source(self, text: str) -> list[int]:
         """Source ids (a translation's input), with the source tokenizer."""
-        return self.source_tokenizer.encode(text, add_special_tokens=False).ids
+        encode = self.source_tokenizer.encode
+        file = self.package.source_tokenizer.name
+        return self.guard(lambda: encode(text, add_special_tokens=False).ids, file)
+
+    def guard(self, call: Callable[[], T], file: str) -> T:
+        """call() under tokenizer.guarded: a panic of the tokenizers library is a PackageError."""
+        return guarded(call, file, f"model package {self.package.path}")
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        decode = self.tokenizer.decode
+        return self.guard(lambda: decode(ids, skip_special_tokens=True), TOKENIZER_FILE)
 
     def prepare(
         self,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..core.files import recover, sha256
 from ..core.format import (
+    CHECKPOINT_FORMAT,
     CONFIG_FILE,
     GENERATION_CONFIG_FILE,
     GOLDEN_FILE,
@@ -21,8 +22,9 @@ from ..core.format import (
     TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
 )
-from ..core.generation_config import generation_settings, ignored_fields
+from ..core.generation_config import forced_first_token, generation_settings, ignored_fields
 from ..core.schema import Golden, PackageConfig, PackageError, VariantEntry
+from .onnx_refs import ProtobufError, external_files
 
 __all__ = ["Package", "PackageError", "load_package"]
 
@@ -64,6 +66,14 @@ class Package:
         where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
         data = read_json(self.path / GENERATION_CONFIG_FILE, where)
         return generation_settings(data, self.config, where), ignored_fields(data, self.config)
+
+    def forced_first_token(self) -> int | None:
+        """generation_config.json's forced_bos_token_id (None: none, or no file)."""
+        if GENERATION_CONFIG_FILE not in self.config.files:
+            return None
+        where = f"model package {self.path}: {GENERATION_CONFIG_FILE}"
+        return forced_first_token(read_json(self.path / GENERATION_CONFIG_FILE, where),
+                                  self.config, where)  # fmt: skip
 
     def tokenizer_config(self) -> dict:
         """tokenizer_config.json ({} for a package without one: encoder-decoders, older LMs)."""
@@ -129,6 +139,12 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     if not path.is_dir():
         raise PackageError(f"model package not found: {path} is not a folder")
     cfg_path = path / CONFIG_FILE
+    what = not_a_package(path)
+    if what is not None:
+        raise PackageError(
+            f"{path} is {what}, not a model package: export it first "
+            f"(edgeformer export {path} PACKAGE_DIR), then give PACKAGE_DIR"
+        )
     if not cfg_path.is_file():
         raise PackageError(f"model package {path} has no {CONFIG_FILE}")
     data = read_json(cfg_path, f"model package {path}: {CONFIG_FILE}")
@@ -149,7 +165,12 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
                 f"model package {path}: checksum mismatch for {name} (file changed or corrupt)"
             )
     for graph in {f for v in config.variants.values() for f in v.files.values()} - ort_graphs:
-        for data in external_files(path / graph):  # what onnxruntime would open besides
+        try:
+            external = external_files(path / graph)  # what onnxruntime would open besides
+        except ProtobufError as e:
+            where = f"model package {path}: {graph}"
+            raise PackageError(f"{where} is not an ONNX graph ({e})") from None
+        for data in sorted(external):
             if data not in listed:
                 raise PackageError(
                     f"model package {path}: {graph} reads the weights file {data!r}, which is "
@@ -158,21 +179,21 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     return Package(path, config)
 
 
-EXTERNAL_LOCATION = b"\x0a\x08location\x12"  # StringStringEntryProto {key: "location", value:
-
-
-def external_files(graph: Path) -> set[str]:
-    """The external-data files an ONNX graph references (TensorProto.external_data entries
-    with key "location"), found in its protobuf bytes without the onnx package."""
-    data, found, start = graph.read_bytes(), set(), 0
-    while (at := data.find(EXTERNAL_LOCATION, start)) >= 0:
-        i, length, shift = at + len(EXTERNAL_LOCATION), 0, 0
-        while i < len(data):  # the value's length, a varint
-            length |= (data[i] & 0x7F) << shift
-            shift += 7
-            i += 1
-            if not data[i - 1] & 0x80:
-                break
-        found.add(data[i : i + length].decode("utf-8", "replace"))
-        start = i + length
-    return found
+def not_a_package(path: Path) -> str | None:
+    """What a folder that `edgeformer export` takes is ("a training checkpoint", ...), or None
+    for anything else: a package is expected and the user holds its source."""
+    config: object = None
+    if (path / CONFIG_FILE).is_file():
+        try:
+            config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return None
+    if isinstance(config, dict):
+        if config.get("format") == CHECKPOINT_FORMAT:
+            return "a training checkpoint"
+        if "format" not in config and ("model_type" in config or "architectures" in config):
+            return "a Hugging Face model folder"
+        return None
+    if (path / "log.jsonl").is_file() or (path / "best" / CONFIG_FILE).is_file():
+        return "a training run folder"
+    return None

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import onnxruntime as ort
 
+from ..core.contract import MAX_THREADS_FLOOR, MAX_THREADS_PER_CORE
+
 PROVIDERS = ("auto", "cpu", "cuda")
 CPU = "CPUExecutionProvider"
 
@@ -48,8 +50,9 @@ Providers = Sequence[str | tuple[str, dict]]
 
 def max_threads() -> int:
     """The most threads a pool may ask for: 4 per core, at least 64 (thousands of threads
-    crashed onnxruntime: --threads 100000 ended in a segfault)."""
-    return max(64, 4 * (os.cpu_count() or 1))
+    crashed onnxruntime: --threads 100000 ended in a segfault); the JS runtime's bound too
+    (core.contract)."""
+    return max(MAX_THREADS_FLOOR, MAX_THREADS_PER_CORE * (os.cpu_count() or 1))
 
 
 def check_threads(value: object, name: str = "threads") -> int:

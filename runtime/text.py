@@ -9,6 +9,8 @@ from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 from ..core.decoding import StopTest
+from ..core.format import TOKENIZER_FILE
+from .tokenizer import guarded
 
 
 def cut_at_stop(text: str, stops: Sequence[str], start: int = 0) -> str:
@@ -96,12 +98,15 @@ class TextStream:
 
     def push(self, token: int) -> str:
         self.ids.append(token)
-        piece = self.stream.step(self.tokenizer, token) or ""
+        step = self.stream.step
+        piece = guarded(lambda: step(self.tokenizer, token), TOKENIZER_FILE, "model package") or ""
         self.shown += len(piece)
         return piece
 
     def flush(self) -> str:
         decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
-        text = decode(self.context + self.ids)[len(decode(self.context)) :]
+        both = guarded(lambda: (decode(self.context + self.ids), decode(self.context)),
+                       TOKENIZER_FILE, "model package")  # fmt: skip
+        text = both[0][len(both[1]) :]
         piece, self.shown = text[self.shown :], len(text)
         return piece

@@ -319,6 +319,9 @@ def test_settings_defaults_and_job_round_trip(tmp_path):
     assert Settings.from_dict(q.to_dict()) == q
     with pytest.raises(ValueError, match="unknown workload"):
         Settings(workloads=("W9",))
+    for rounds in ("0", "-3"):  # an error, not the default (0 was falsy and became 7)
+        with pytest.raises(ValueError, match="--rounds must be >= 1"):
+            Settings.from_args(p.parse_args(["--rounds", rounds]))
     job = Job("ct2-fp32", get_shape("lm", quick=True), tmp_path, q, workloads=((1, 16, 32),))
     back = Job.from_json(job.to_json())
     assert back.settings == q and back.to_json() == job.to_json()

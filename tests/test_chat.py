@@ -117,17 +117,21 @@ def test_a_template_inside_tokenizer_config_and_named_templates(tmp_path):
         ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "unsafe|failed"),
         ("{{ messages.append(1) }}", "unsafe|failed"),
         ("{% set ns = namespace(_x=1) %}{{ ns._x }}", "failed"),
-        ("{% for i in range(100000) %}{% for j in range(100000) %}xx{% endfor %}{% endfor %}",
-         "passed 2097152 characters"),
+        ("{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}", "passed 2097152 characters"),
         ("{{ 'x' * 10000000 }}", "passed|failed"),
+        # nested loops that print nothing: bounded in steps, not only in output
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+         "ran over 2000000 steps"),
+        ("{% set ns = namespace(n=0) %}{% for c in 'x' * 2000000 %}{% set ns.n = ns.n + 1 %}"
+         "{% endfor %}", "ran over|failed"),
         ("{% for %}", "does not compile"),
         ("", "empty"),
         ("{{ raise_exception('no system messages') }}", "no system messages"),
     ],
 )  # fmt: skip
 def test_hostile_templates_are_refused(template, match):
-    """The sandbox refuses Python internals and mutation; output is bounded; a broken template
-    is a ChatTemplateError, as is the template's own raise_exception."""
+    """The sandbox refuses Python internals and mutation; output and work are bounded; a
+    broken template is a ChatTemplateError, as is the template's own raise_exception."""
     with pytest.raises(ChatTemplateError, match=match):
         ChatTemplate(template, {}).render([{"role": "user", "content": "hi"}])
 

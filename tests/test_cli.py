@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import os
 import sys
 
 import pytest
@@ -28,6 +29,10 @@ def parser_of(command: str) -> argparse.ArgumentParser:
 def test_every_flag_says_its_default_and_meaning(command):
     for action in parser_of(command)._actions:
         if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            continue
+        if action.help == argparse.SUPPRESS:  # an older spelling kept as a hidden alias
+            assert any(a.dest == action.dest and a.help != argparse.SUPPRESS
+                       for a in parser_of(command)._actions), action.option_strings  # fmt: skip
             continue
         text = action.help or ""
         assert "(default: " in text and len(text.split("(default: ")[0]) > 10, (
@@ -126,6 +131,22 @@ def test_a_failed_output_leaves_nothing(ed_package, tmp_path, capsys):
     assert not out.exists() and not list(tmp_path.glob(".out.txt*"))
 
 
+def test_a_killed_outputs_temporary_file_is_cleaned_by_the_next_run(ed_package, tmp_path):
+    """`translate --output F` killed (-9) leaves .F.tmp-PID; the next run deletes those of
+    processes that are gone, never a running one's or a file that is not such a leftover."""
+    import subprocess
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    out = tmp_path / "out.txt"
+    stale, running = tmp_path / f".out.txt.tmp-{dead}", tmp_path / f".out.txt.tmp-{os.getppid()}"
+    mine = tmp_path / ".out.txt.tmp-notes"
+    for f in (stale, running, mine):
+        f.write_text("two dogs\n")
+    assert main(["translate", str(ed_package), "two dogs .", "--output", str(out)]) == 0
+    assert out.is_file() and not stale.exists() and running.exists() and mine.exists()
+
+
 EXTRA_COMMANDS = {
     "train": ["train"],
     "export": ["export", "ckpt", "pkg"],
@@ -148,3 +169,80 @@ def test_commands_without_their_extra_say_what_to_install(command, capsys, monke
     assert len(err.splitlines()) == 1, err
     assert "needs " in err and "torch" in err.split("lacks")[0], err
     assert "pip install torch==2.13.0" in err and "edgeformer[" in err
+
+
+def test_a_full_disk_under_stdout_says_what_was_written(ed_package, tmp_path, capsys, monkeypatch):
+    """`translate > file` on a full disk: the file keeps a cut last line, so the message must
+    not claim that nothing was left half-written; it says what the file holds."""
+    import errno
+
+    out = tmp_path / "out.txt"
+    with open(out, "w", encoding="utf-8") as f:
+
+        def write(text: str) -> int:
+            f.buffer.write(text.encode()[:3])  # part of a line reached the file
+            f.buffer.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(f, "write", write, raising=False)
+        monkeypatch.setattr(sys, "stdout", f)
+        assert main(["translate", str(ed_package), "two dogs .", "a man ."]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "nothing was left half-written" not in err
+    assert "standard output holds the first 3 bytes of the output" in err, err
+
+
+def test_a_typo_gets_one_line_with_close_matches(capsys):
+    """A mistyped preset, subcommand or flag: one error line naming what is close, not the
+    command's whole usage (train's is ~45 lines)."""
+    for argv, close in (
+        (["train", "--preset", "tinny"], "did you mean tiny?"),
+        (["train", "--preset", "multi30k-en-de-cpu-lng"], "did you mean multi30k-en-de-cpu-long"),
+        (["tranlsate", "x"], "did you mean translate?"),
+        (["translate", "pkg", "--beem", "5", "a text"], "did you mean --beam"),
+        (["generate", "pkg", "--max-new-tokns=5"], "did you mean --max-new-tokens"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and close in err, (argv, err)
+        assert len(err.strip().splitlines()) <= 2, err  # usage (when short) + the error
+    with pytest.raises(SystemExit):
+        main(["train", "--preset", "nope"])
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "invalid choice: 'nope'" in err
+    assert len(err.strip().splitlines()) == 1 and "edgeformer train --help" in err
+
+
+def test_beam_is_one_flag_across_commands(capsys, monkeypatch):
+    """`--beam` in translate and train --evaluate; the other spelling still works, unshown."""
+    for command in ("translate", "generate"):
+        parser = parser_of(command)
+        assert parser.parse_args(["p", "--beams", "4"]).num_beams == 4
+        assert parser.parse_args(["p", "--beam", "3"]).num_beams == 3
+        assert "--beams" not in parser.format_help()
+    train = parser_of("train")
+    assert train.parse_args(["--beam", "1,4"]).beams == "1,4"
+    assert train.parse_args(["--beams", "5"]).beams == "5"
+    assert train.parse_args([]).beams == "1,5"
+    assert "--beam N[,N...]" in train.format_help() and "--beams" not in train.format_help()
+
+
+def test_a_checkpoint_given_for_a_package_names_the_export_command(ed_checkpoint, tmp_path,
+                                                                   capsys):  # fmt: skip
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ed_checkpoint, run / "best")
+    (run / "log.jsonl").write_text("{}\n")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}')
+    for path, what in ((ed_checkpoint, "a training checkpoint"), (run, "a training run folder"),
+                       (hf, "a Hugging Face model folder")):  # fmt: skip
+        for command in ("translate", "info", "verify"):
+            assert main([command, str(path), *(["a"] if command == "translate" else [])]) == 2
+            err = capsys.readouterr().err
+            assert f"{path} is {what}, not a model package" in err, err
+            assert f"edgeformer export {path} PACKAGE_DIR" in err and err.count("\n") == 1, err

@@ -567,3 +567,23 @@ def test_a_decoder_with_its_own_ffn_width(tmp_path, tokenizer_json):
     assert max(diffs) <= 1e-4, diffs
     # a decoder as wide as the encoder: the key is left out, as in packages made before it
     assert "decoder_ffn_dim" not in model_to_json(ModelConfig().to_dict())
+
+
+def test_a_checkpoint_with_nan_weights_is_refused_by_name(ed_checkpoint, tmp_path, capsys):
+    """A diverged run's weights (NaN or inf): export names the checkpoint and the weight,
+    exit 2, and writes nothing (it used to fail deep in the parity check)."""
+    from safetensors.torch import load_file, save_file
+
+    from edgeformer.cli import main
+
+    ckpt = tmp_path / "diverged"
+    shutil.copytree(ed_checkpoint, ckpt)
+    weights = load_file(str(ckpt / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name][0] = float("nan")
+    save_file(weights, str(ckpt / "model.safetensors"))
+    out = tmp_path / "pkg"
+    assert main(["export", str(ckpt), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"weight {name!r} holds" in err and "NaN or infinite" in err and str(ckpt) in err
+    assert not out.exists() and not list(tmp_path.glob(".pkg*"))

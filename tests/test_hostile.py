@@ -8,6 +8,7 @@ checksum list knowing, and requests with no upper bound (beams, penalties, threa
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import hypothesis
@@ -79,7 +80,7 @@ def permuted(tok):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (bad_regex, "tokenizer.json cannot be read"),
+        (bad_regex, "tokenizer.json has a refused regular expression: pre_tokenizer.pattern"),
         (deep_normalizer, "tokenizer.json cannot be read"),
         (id_beyond_vocab, "has token id 1000000, beyond the model's vocabulary"),
         (permuted, "tokenizer.json does not encode as it did at export"),
@@ -101,12 +102,50 @@ def test_a_tokenizer_panic_is_a_package_error(ed_package, monkeypatch):
     class PanicException(BaseException):
         pass
 
-    def panic(path):
+    def panic(text):
         raise PanicException("regex compile failed")
 
-    monkeypatch.setattr(tokenizer.Tokenizer, "from_file", staticmethod(panic))
+    monkeypatch.setattr(tokenizer.Tokenizer, "from_str", staticmethod(panic))
     with pytest.raises(PackageError, match="tokenizer.json cannot be read.*regex compile failed"):
         Translator(ed_package)
+
+
+def catastrophic_regex(tok):
+    """A pattern that the probe text never triggers; "xxxx...x" backtracks 2^n ways. Put
+    before the package's own pre-tokenizer, it changes nothing else."""
+    split = {
+        "type": "Split", "pattern": {"Regex": "(x+x+)+y"}, "behavior": "Isolated", "invert": False
+    }  # fmt: skip
+    own = [tok["pre_tokenizer"]] if tok["pre_tokenizer"] else []
+    tok["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, *own]}
+
+
+def test_a_catastrophic_tokenizer_regex_is_refused_at_load(ed_package, tmp_path, capsys):
+    """Before: the package loaded, and the first "xxx...x" input raised pyo3's PanicException
+    (a BaseException) out of translate. Now: refused at load, naming the pattern's path."""
+    pkg = edited_tokenizer(ed_package, tmp_path, catastrophic_regex)
+    message = (
+        "tokenizer.json has a refused regular expression: pre_tokenizer.pretokenizers[0]."
+        "pattern.Regex"
+    )
+    with pytest.raises(PackageError, match=re.escape(message + " '(x+x+)+y': more than one rep")):
+        Translator(pkg)
+    assert main(["translate", str(pkg), "x" * 40]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert message in line
+
+
+def test_a_tokenizer_panic_at_encode_time_is_a_package_error(ed_package, tmp_path, monkeypatch):
+    """The load-time bound switched off: the regex engine's panic on one input (its retry
+    limit) comes out of translate as a PackageError, an Exception, never a BaseException."""
+    from edgeformer.runtime import tokenizer
+
+    pkg = edited_tokenizer(ed_package, tmp_path, catastrophic_regex)
+    monkeypatch.setattr(tokenizer, "tokenizer_pattern_problem", lambda data: None)
+    translator = Translator(pkg)  # the probe text does not trigger the pattern
+    assert translator.translate("two dogs .")  # nor does a plain input
+    with pytest.raises(PackageError, match="tokenizer.json failed on this input .*retry-limit"):
+        translator.translate("x" * 40)
 
 
 # ---------------------------------------------------------------- config.json against the graphs
@@ -164,9 +203,11 @@ def test_deeply_nested_json_is_a_package_error(name, ed_package, tmp_path):
         Translator(pkg).model.package.golden()
 
 
-def test_a_graph_may_read_only_listed_weights(ed_package, tmp_path):
+@pytest.mark.parametrize("value_first", [False, True])
+def test_a_graph_may_read_only_listed_weights(value_first, ed_package, tmp_path):
     """An .onnx (checksummed) that points one tensor at a file the list does not have: that
-    file would change the outputs unchecked."""
+    file would change the outputs unchecked. The entry's fields in either order (value before
+    key loaded the file unchecked while the check grepped for one encoding)."""
     onnx = pytest.importorskip("onnx")
     pkg = copy_package(ed_package, tmp_path / "pkg")
     proto = onnx.load(str(pkg / "decoder.onnx"), load_external_data=False)
@@ -175,7 +216,12 @@ def test_a_graph_may_read_only_listed_weights(ed_package, tmp_path):
         if entry.key == "location":
             entry.value = "extra.data"
     shutil.copyfile(pkg / "weights.data", pkg / "extra.data")
-    onnx.save_model(proto, str(pkg / "decoder.onnx"))
+    data = proto.SerializeToString()
+    key, value = b"\x0a\x08location", b"\x12\x0aextra.data"
+    if value_first:  # the same entry, same length: {value, key}
+        assert data.count(key + value) == 1
+        data = data.replace(key + value, value + key)
+    (pkg / "decoder.onnx").write_bytes(data)
     config = json.loads((pkg / "config.json").read_text())
     config["files"]["decoder.onnx"] = sha256(pkg / "decoder.onnx")
     (pkg / "config.json").write_text(json.dumps(config))

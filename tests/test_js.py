@@ -9,9 +9,14 @@ it; the test never goes to the network).
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import re
 import shutil
 import subprocess
+import urllib.parse
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +31,38 @@ MAX_NEW = 24
 SOURCES = [[73, 78, 114, 143, 8, 24, 124, 143, 39, 2], [49, 131, 65, 43, 2], [15, 7, 2]]
 PROMPTS = [[5, 9, 14, 3, 22, 8], [40, 41], [100, 7, 120, 33, 60, 61, 62, 63, 64]]
 TEXTS = ["A man is riding a bike.", "Two dogs play in the snow.", ""]
-# runs cases {package, backend, variant, cache, inputs} in one node process: ids and log-probs
+# runs cases {package, backend, variant, cache, inputs, options} in one node process: every
+# hypothesis (ids, score, log-probs) of decodeIds; call "run" / "stream" / "chat" / "prompt" take
+# texts (or messages); a refused case gives {error, kind} (PackageError / RangeError)
 DRIVER = """
 const { loadPackage } = await import(process.argv[1]);
 const out = [];
 for (const c of JSON.parse(process.argv[2])) {
-  const m = await loadPackage(c.package, { backend: c.backend, variant: c.variant, cache: c.cache,
-                                           threads: 1 });
-  const r = await m.decodeIds(c.inputs, { maxNewTokens: c.max_new_tokens, scores: true });
-  out.push({ ...c, ids: r.ids, log_probs: r.logProbs, ms_per_token: r.msPerToken });
-  await m.release();
+  let m = null;
+  try {
+    m = await loadPackage(c.package, { backend: c.backend, variant: c.variant, cache: c.cache,
+                                       threads: c.threads ?? 1 });
+    const o = { maxNewTokens: c.max_new_tokens, scores: true, ...(c.options ?? {}) };
+    const call = c.call ?? "ids";
+    if (call === "ids") {
+      const r = await m.decodeIds(c.inputs, o);
+      out.push({ ...c, ids: r.ids, log_probs: r.logProbs, ms_per_token: r.msPerToken,
+                 hypotheses: r.hypotheses });
+    } else if (call === "run") {
+      out.push({ ...c, lines: await m.run(c.inputs, o) });
+    } else if (call === "stream") {
+      const pieces = [];
+      for await (const piece of m.stream(c.inputs[0], o)) pieces.push(piece);
+      out.push({ ...c, pieces });
+    } else if (call === "prompt") {
+      out.push({ ...c, prompt: await m.chatPrompt(c.inputs) });
+    } else if (call === "chat") {
+      out.push({ ...c, text: await m.chat(c.inputs, o) });
+    }
+  } catch (e) {
+    out.push({ ...c, error: String(e.message ?? e), kind: e.name });
+  }
+  if (m) await m.release();
 }
 console.log(JSON.stringify(out));
 """
@@ -45,8 +72,10 @@ console.log(JSON.stringify(out));
 def node() -> str:
     """The node executable, with runtime/js's dependencies installed (else the test skips)."""
     exe = shutil.which("node")
+    # `make test` sets EDGEFORMER_REQUIRE_JS=1 after `make js`: CI fails rather than skips
+    skip = pytest.fail if os.environ.get("EDGEFORMER_REQUIRE_JS") == "1" else pytest.skip
     if exe is None:
-        pytest.skip("node is not on PATH: the JavaScript runtime (runtime/js) is not tested")
+        skip("node is not on PATH: the JavaScript runtime (runtime/js) is not tested")
     modules = JS / "node_modules"
     needed = ("onnxruntime-node", "onnxruntime-web", "@huggingface/tokenizers")
     if not all((modules / name).is_dir() for name in needed):
@@ -55,19 +84,24 @@ def node() -> str:
         cmd = [npm or "npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--offline"]
         done = npm is not None and subprocess.run(cmd, cwd=JS, capture_output=True, timeout=120)
         if not done or done.returncode != 0:
-            pytest.skip(
+            skip(
                 "runtime/js/node_modules is missing and npm's cache cannot install it offline: "
                 "run `make js` (it needs the npm registry once)"
             )
     return exe
 
 
-def run_js(node: str, cases: list[dict]) -> list[dict]:
+def run_js(node: str, cases: list[dict], errors: bool = False, timeout: int = 300) -> list[dict]:
+    """The driver's results, one per case (errors=False: a refused case fails the test)."""
     index = (JS / "index.mjs").as_uri()
     cmd = [node, "--input-type=module", "-e", DRIVER, index, json.dumps(cases)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout)
+    out = json.loads(run.stdout)
+    if not errors:
+        failed = [(c.get("options"), c["error"]) for c in out if "error" in c]
+        assert not failed, failed
+    return out
 
 
 def cli(node: str, *args: str) -> subprocess.CompletedProcess:
@@ -192,68 +226,81 @@ def test_js_refuses_what_it_cannot_run(node, lm_package, tmp_path):
     config["format_version"] = 99
     (pkg / "config.json").write_text(json.dumps(config))
     run = cli(node, str(pkg), "--ids", "5,9")
-    assert run.returncode == 1 and "re-export" in run.stderr, run.stderr
+    assert run.returncode == 2 and "re-export" in run.stderr, run.stderr
     run = cli(node, str(lm_package), "--backend", "wasm", "--cache", "inplace", "--ids", "5,9")
-    assert run.returncode == 1 and "refeed" in run.stderr, run.stderr
+    assert run.returncode == 2 and "refeed" in run.stderr, run.stderr
 
 
-PAGE = """<!doctype html>
-<meta charset="utf-8" />
-<script type="importmap">
-  {"imports": {
-    "onnxruntime-web": "/js/node_modules/onnxruntime-web/dist/ort.min.mjs",
-    "@huggingface/tokenizers": "/js/node_modules/@huggingface/tokenizers/dist/tokenizers.min.mjs"
-  }}
-</script>
-<pre id="out">loading</pre>
-<script type="module">
-  const out = document.getElementById("out");
-  try {
-    const { loadPackage } = await import("/js/index.mjs");
-    const model = await loadPackage(new URL("/pkg/", location.href), { variant: "fp32" });
-    const lines = await model.run(TEXTS, { maxNewTokens: 8 });
-    out.textContent = "RESULT" + JSON.stringify({ backend: model.backend, lines }) + "END";
-  } catch (e) {
-    out.textContent = "ERROR" + String(e && e.stack || e) + "END";
-  }
-</script>
-"""
-
-
-def test_js_in_a_browser_page(node, ed_package, tmp_path):
-    """The runtime in a real page: headless Chromium loads index.mjs, onnxruntime-web and the
-    package over HTTP (the weights fetched and passed as externalData) and translates as the
-    Python runtime does. Skipped when no Chromium is installed (Debian: apt-get install
-    chromium)."""
-    import functools
-    import html
-    import http.server
-    import threading
-
+def chromium() -> str:
     found = [shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")]
     browser = next((b for b in found if b), None)
     if browser is None:
-        pytest.skip("no chromium on PATH: the browser page is not tested")
+        pytest.skip(
+            "no chromium on PATH: the browser page is not tested (apt-get install chromium)"
+        )
+    return browser
+
+
+def open_page(root: Path, path: str, query: dict, profile: Path, flags: tuple[str, ...] = (),
+              timeout: float = 240) -> dict:  # fmt: skip
+    """Headless Chromium on a page served from `root`: the JSON the page POSTs to the `report`
+    URL added to its query (the example page does once its work is done)."""
+    import functools
+    import http.server
+    import queue
+    import threading
+
+    results: queue.Queue = queue.Queue()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                          ".mjs": "text/javascript"}  # fmt: skip
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            results.put(json.loads(body))
+            self.send_response(204)
+            self.end_headers()
+
+    handler = functools.partial(Handler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    url = f"{base}/{path}?{urllib.parse.urlencode({**query, 'report': f'{base}/result'})}"
+    args = ["--headless=new", "--no-sandbox", f"--user-data-dir={profile}", *flags, url]
+    log = open(f"{profile}.log", "w")  # the browser's stderr (console with --enable-logging)
+    browser = subprocess.Popen([chromium(), *args], stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        return results.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"the page reported nothing in {timeout} s") from None
+    finally:
+        browser.kill()
+        browser.wait()
+        log.close()
+        server.shutdown()
+
+
+def test_js_example_page_translates_in_a_browser(node, ed_package, tmp_path):
+    """The example page (runtime/js/example/index.html, static HTML + the package) in headless
+    Chromium: it loads index.mjs, onnxruntime-web and the package over HTTP (the weights
+    fetched and passed as externalData) and translates with 4 beams as the Python runtime does.
+    Skipped when no Chromium is installed (Debian: apt-get install chromium)."""
+    chromium()
     root = tmp_path / "site"
     root.mkdir()
     (root / "js").symlink_to(JS)
     (root / "pkg").symlink_to(ed_package)
-    (root / "index.html").write_text(PAGE.replace("TEXTS", json.dumps(TEXTS)))
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
-        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=60000"]
-        cmd = [browser, *args, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    finally:
-        server.shutdown()
-    dom = run.stdout
-    assert "RESULT" in dom, (dom[-2000:], run.stderr[-2000:])
-    result = json.loads(html.unescape(dom.split("RESULT", 1)[1].split("END", 1)[0]))
-    want = Translator(ed_package, variant="fp32").translate_batch(TEXTS, max_new_tokens=8)
+    query = {"package": "/pkg/", "text": "\n".join(TEXTS[:2]), "beams": 4, "max_new_tokens": 8,
+             "auto": 1}  # fmt: skip
+    result = open_page(root, "js/example/index.html", query, tmp_path / "p", ("--disable-gpu",))
+    assert "error" not in result, result
+    want = Translator(ed_package, variant="fp32").translate_batch(
+        TEXTS[:2], max_new_tokens=8, num_beams=4
+    )
     assert result["backend"] == "wasm"
     assert [line["text"] for line in result["lines"]] == want
 
@@ -292,3 +339,541 @@ def test_js_runs_the_converted_families(node, tmp_path_factory):
     assert prompt[0] == tok.bos_token_id
     opts = g.model.options(max_new_tokens=MAX_NEW)
     assert json.loads(run.stdout)["ids"] == g.generate_ids([prompt], opts)[0]
+
+
+# ---------------------------------------------------------------- one contract (issue 51 item 2)
+
+
+def test_the_js_contract_is_generated_from_core():
+    """runtime/js/contract.mjs is what edgeformer.core.contract renders now: a change to the
+    format, schema, variants or options that is not regenerated fails here."""
+    from edgeformer.core import contract
+
+    committed = (JS / "contract.mjs").read_text(encoding="utf-8")
+    assert committed == contract.render(), (
+        f"runtime/js/contract.mjs is stale: run `{contract.GENERATED_BY}`"
+    )
+
+
+def test_js_io_names_are_pythons(node):
+    """The JS runtime expands the contract's IO templates to format.io_names' lists, for every
+    family, readable format version and depth."""
+    from edgeformer.core.config import FAMILIES
+    from edgeformer.core.format import READABLE_VERSIONS, io_names
+
+    cases = [(f, v, n) for f in FAMILIES for v in READABLE_VERSIONS for n in (1, 2, 3, 7)]
+    script = (
+        "const { ioNames } = await import(process.argv[1]);"
+        "console.log(JSON.stringify(JSON.parse(process.argv[2]).map(([f, v, n]) =>"
+        " ioNames(f, n, v))));"
+    )
+    cmd = [node, "--input-type=module", "-e", script, (JS / "package.mjs").as_uri(),
+           json.dumps(cases)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    for (f, v, n), got in zip(cases, json.loads(run.stdout)):
+        assert got == io_names(f, n, v), (f, v, n)
+
+
+# ---------------------------------------------------------------- decoding as in Python (item 1)
+
+# every decoding option of GenerationOptions the JS runtime runs (alternatives and the sliding
+# window are the Python runtime's only); sampling draws from numpy's generator in both
+OPTION_CASES = [
+    {},
+    {"num_beams": 4, "num_hypotheses": 3},
+    {"num_beams": 3, "length_penalty": 0.5, "early_stopping": False, "num_hypotheses": 2},
+    {"num_beams": 2, "length_penalty": -1.0, "min_new_tokens": 6},
+    {"sampling": True, "seed": 7},
+    {"sampling": True, "seed": 11, "temperature": 0.7, "top_k": 10, "top_p": 0.8,
+     "num_hypotheses": 3},
+    {"sampling": True, "seed": 5, "temperature": 2.0, "repetition_penalty": 1.3},
+    {"min_new_tokens": 12},
+    {"repetition_penalty": 1.5, "no_repeat_ngram_size": 2},
+    {"no_repeat_ngram_size": 1, "num_beams": 2},
+    {"forced_end_token": 2, "max_new_tokens": 5},
+]  # fmt: skip
+
+
+def python_nbest(pkg: Path, family: str, inputs, options: dict, prefixes=None) -> list:
+    """edgeformer.runtime's hypotheses per input: [[tokens, score, log_probs], ...]."""
+    if family == "encoder-decoder":
+        t = Translator(pkg, variant="fp32", threads=1)
+        opts = t.model.options(**({"max_new_tokens": MAX_NEW} | options))
+        found = t.translate_ids_nbest(inputs, opts, target_prefix=prefixes)
+    else:
+        g = Generator(pkg, variant="fp32", threads=1)
+        opts = g.model.options(**({"max_new_tokens": MAX_NEW} | options))
+        found = g.generate_ids_nbest(inputs, opts)
+    return [[(h.tokens, h.score, h.log_probs) for h in hyps] for hyps in found]
+
+
+def option_cases(ed_package, lm_package) -> list[dict]:
+    """Both families x OPTION_CASES x node and wasm, and suppressed sequences / end tokens /
+    target prefixes (language tokens) built from the greedy output, so that they bite."""
+    greedy_ed = python_nbest(ed_package, "encoder-decoder", SOURCES, {})
+    greedy_lm = python_nbest(lm_package, "decoder-only", PROMPTS, {})
+    t_ed, t_lm = greedy_ed[0][0][0], greedy_lm[0][0][0]
+    extra = {
+        "encoder-decoder": [
+            {"suppress_sequences": [[t_ed[0]], t_ed[1:3]], "end_token": [t_ed[3]]},
+            {"_prefix": [[t_ed[2], 9], [], [40]]},
+            {"_prefix": [[7], [8, 9], []], "num_beams": 3, "num_hypotheses": 2},
+            {"_prefix": [[7], [], [5]], "sampling": True, "seed": 3},
+        ],
+        "decoder-only": [
+            {"suppress_sequences": [[t_lm[0]]], "end_token": [t_lm[1]]},
+            {"end_token": [t_lm[0]], "num_beams": 3},
+        ],
+    }
+    cases = []
+    for family, pkg, inputs in (("encoder-decoder", ed_package, SOURCES),
+                                ("decoder-only", lm_package, PROMPTS)):  # fmt: skip
+        for options in OPTION_CASES + extra[family]:
+            for backend in ("node", "wasm"):
+                case = dict(package=str(pkg), family=family, backend=backend, variant="fp32",
+                            inputs=inputs, max_new_tokens=MAX_NEW)  # fmt: skip
+                opts = {k: v for k, v in options.items() if k != "_prefix"}
+                if "_prefix" in options:
+                    opts["targetPrefix"] = options["_prefix"]
+                cases.append({**case, "options": opts, "py": options})
+    return cases
+
+
+def test_js_decoding_options_match_python(node, ed_package, lm_package):
+    """Beam search (beams, length penalty, early stopping, n-best), sampling (seeded:
+    temperature, top-k, top-p, several samples), min / max new tokens, repetition penalty,
+    no-repeat n-grams, suppressed sequences, end tokens, a forced end token and target
+    prefixes: the JS runtime's hypotheses are the Python runtime's (ids equal, scores and
+    log-probs within 1e-4: JS computes beam log-softmaxes in float64, numpy in float32), on
+    onnxruntime-node and on wasm, for a batch of 3 inputs of both families."""
+    cases = option_cases(ed_package, lm_package)
+    refs: dict = {}
+    for case in run_js(node, cases):
+        py = case["py"]
+        key = (case["family"], json.dumps(py, sort_keys=True))
+        if key not in refs:
+            options = {k: v for k, v in py.items() if k != "_prefix"}
+            refs[key] = python_nbest(Path(case["package"]), case["family"], case["inputs"],
+                                     options, py.get("_prefix"))  # fmt: skip
+        where = f"{case['family']} {py} on {case['backend']}"
+        want = refs[key]
+        got = [[h["tokens"] for h in hyps] for hyps in case["hypotheses"]]
+        assert got == [[w[0] for w in hyps] for hyps in want], where
+        for hyps_w, hyps_g in zip(want, case["hypotheses"]):
+            for w, g in zip(hyps_w, hyps_g):
+                np.testing.assert_allclose(g["score"], w[1], atol=1e-4, err_msg=where)
+                if w[2] is not None:
+                    np.testing.assert_allclose(g["logProbs"], w[2], atol=1e-4, err_msg=where)
+
+
+def test_js_text_features_match_python(node, ed_package, lm_package):
+    """The text API: stop strings (the text cut before them, as Python's), streaming (the
+    pieces concatenate to the whole output), a batch with an empty source, and a target prefix
+    given as text, on node and wasm."""
+    g = Generator(lm_package, variant="fp32", threads=1)
+    t = Translator(ed_package, variant="fp32", threads=1)
+    prompts = ["two dogs", "a man rides", "zwei hunde"]
+    plain = g.generate_batch(prompts, max_new_tokens=MAX_NEW)
+    stops = [plain[0][3:9], plain[1][-4:]]  # texts that occur in the outputs
+    want_stop = g.generate_batch(prompts, max_new_tokens=MAX_NEW, stop=stops)
+    assert want_stop != plain
+    want_prefix = t.translate_batch(TEXTS, max_new_tokens=8, target_prefix=["ein", None, None])
+    want_sample = "".join(g.stream("two dogs", max_new_tokens=MAX_NEW, sampling=True, seed=4))
+    cases = []
+    for backend in ("node", "wasm"):
+        common = dict(backend=backend, variant="fp32", max_new_tokens=MAX_NEW)
+        cases += [
+            {**common, "package": str(lm_package), "call": "run", "inputs": prompts,
+             "options": {"stop": stops}, "want": want_stop},
+            {**common, "package": str(lm_package), "call": "stream", "inputs": prompts[:1],
+             "options": {"stop": stops}, "want": want_stop[:1]},
+            {**common, "package": str(lm_package), "call": "stream", "inputs": ["two dogs"],
+             "options": {"sampling": True, "seed": 4}, "want": [want_sample]},
+            {**common, "package": str(ed_package), "call": "run", "inputs": TEXTS,
+             "max_new_tokens": 8, "options": {"targetPrefix": ["ein", None, None]},
+             "want": want_prefix},
+        ]  # fmt: skip
+    for case in run_js(node, cases):
+        if case["call"] == "run":
+            got = [line["text"] for line in case["lines"]]
+        else:
+            got = ["".join(case["pieces"])]
+            if "stop" not in case["options"]:  # streamed: more than one piece
+                assert len(case["pieces"]) > 1, case["pieces"]
+        assert got == case["want"], (case["call"], case["options"], case["backend"])
+
+
+# ---------------------------------------------------------------- the same verdicts (issue 50)
+
+
+def _params(test) -> list:
+    """The argument tuples of a test's @pytest.mark.parametrize (the Python cases, as written)."""
+    marks = [m for m in getattr(test, "pytestmark", []) if m.name == "parametrize"]
+    return list(marks[0].args[1])
+
+
+def hostile_packages(ed_package, lm_package, root: Path) -> list[tuple[str, Path]]:
+    """(name, package) for the Python runtime's hostile-package cases (test_robustness.py and
+    test_hostile.py, read from their parametrize lists so that new cases join), issue 50's JS
+    cases (generation_config.json, special ids, sizes below the graphs') and packages that must
+    load (the untouched ones, an unknown extra key, an unapplied generation field)."""
+    import test_hostile as th
+    import test_robustness as tr
+
+    out: list[tuple[str, Path]] = [("untouched ed", ed_package), ("untouched lm", lm_package)]
+    n = iter(range(10**6))
+
+    def tampered(src, edit, name):
+        dst = root / f"p{next(n)}"
+        tr._tamper(src, dst, edit)
+        out.append((name, dst))
+        return dst
+
+    for edit, key in _params(tr.test_config_schema):
+        tampered(ed_package, edit, f"config {key}")
+    (root / tr.OUTSIDE).write_bytes(b"outside")
+    for i, (edit,) in enumerate([(e,) for e in _params(tr.test_package_cannot_reach_outside)]):
+        pkg = tampered(ed_package, edit, f"reach outside {i}")
+        (pkg / "link.onnx").symlink_to(root / tr.OUTSIDE)
+    for text in _params(tr.test_config_not_an_object):
+        dst = root / f"p{next(n)}"
+        shutil.copytree(ed_package, dst)
+        (dst / "config.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+        out.append((f"config.json {text!r}", dst))
+    tampered(ed_package, tr._set("min_onnxruntime", "99.0.0"), "min_onnxruntime 99")
+    for edit, message in _params(th.test_hostile_tokenizers_are_package_errors):
+        dst = root / f"p{next(n)}"
+        out.append((f"tokenizer {message}", th.edited_tokenizer(ed_package, dst, edit)))
+    split = {"type": "Split", "pattern": {"Regex": "(\\w+\\s?)+$"}, "behavior": "Isolated",
+             "invert": False}  # fmt: skip
+    catastrophic = th.edited_tokenizer(
+        ed_package, root / "catastrophic", lambda t: t.update(pre_tokenizer=split)
+    )
+    out.append(("tokenizer catastrophic regex", catastrophic))
+    for key, value, _ in _params(th.test_config_sizes_are_checked_against_the_graphs):
+        tampered(lm_package, tr._set(f"model.{key}", value), f"lm model.{key} {value}")
+    for name in ("config.json", "golden.json", "generation_config.json"):
+        dst = root / f"p{next(n)}"
+        shutil.copytree(ed_package, dst)
+        if name == "config.json":
+            (dst / name).write_text(th.nested(100_000, "1"))
+        else:
+            th.rewrite(dst, name, th.nested(100_000, "1"))
+        out.append((f"nested {name}", dst))
+    # issue 50's JS cases: special ids, sizes, missing keys, generation_config.json
+    for path, value in [("special_tokens.bos_id", -1), ("special_tokens.eos_id", KeyError),
+                        ("model.vocab_size", 100), ("model.max_position_embeddings", 16),
+                        ("model.hidden_size", KeyError), ("model.num_attention_heads", KeyError),
+                        ("variants.fp32.files", KeyError), ("graphs", KeyError),
+                        ("model.activation", "swish"), ("model.unknown_key", 1),
+                        ("extra_top_level_key", 1)]:  # fmt: skip
+        tampered(lm_package, tr._set(path, value), f"lm {path} {value}")
+    gen = json.loads((lm_package / "generation_config.json").read_text())
+    for name, change in [("max_new_tokens 0", {"max_new_tokens": 0}),
+                         ("100,000 eos ids", {"eos_token_id": list(range(100_000))}),
+                         ("eos id beyond vocab", {"eos_token_id": [2, 10**6]}),
+                         ("num_beams 10**6", {"num_beams": 10**6}),
+                         ("top_p 2", {"do_sample": True, "top_p": 2.0}),
+                         ("unapplied field", {"typical_p": 0.5}),
+                         ("beams 3", {"num_beams": 3})]:  # fmt: skip
+        dst = root / f"p{next(n)}"
+        shutil.copytree(lm_package, dst)
+        th.rewrite(dst, "generation_config.json", json.dumps(gen | change))
+        out.append((f"generation_config {name}", dst))
+    return out
+
+
+def python_verdict(pkg: Path, texts: list[str]) -> tuple[str, list[str] | str]:
+    """("ok", outputs) or ("refused", message): the Python runtime loads and decodes."""
+    from edgeformer.runtime import PackageError
+
+    try:
+        config = json.loads((pkg / "config.json").read_text())
+        lm = config.get("family") == "decoder-only"
+    except Exception:
+        lm = False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if lm:
+                return "ok", Generator(pkg).generate_batch(texts, max_new_tokens=4)
+            return "ok", Translator(pkg).translate_batch(texts, max_new_tokens=4)
+    except (PackageError, ValueError) as e:
+        return "refused", str(e)
+
+
+def test_js_gives_the_python_runtimes_verdicts(node, ed_package, lm_package, tmp_path):
+    """Every hostile package the Python runtime's tests build (and issue 50's JS cases): the
+    JS runtime refuses it with a PackageError or RangeError (a clear one-line error, exit 2 in
+    the CLI) exactly when the Python runtime refuses it, on onnxruntime-node and on wasm; and
+    where both accept it, the outputs are equal. No case may end in another exception (a
+    TypeError from a missing key) or hang (a catastrophic tokenizer regex)."""
+    texts = ["two dogs play in the snow .", "a man"]
+    cases = hostile_packages(ed_package, lm_package, tmp_path)
+    want = {str(pkg): (name, *python_verdict(pkg, texts)) for name, pkg in cases}
+    runs = [dict(package=str(pkg), backend=b, variant="fp32", call="run", inputs=texts,
+                 max_new_tokens=4, options={"scores": False}) for _, pkg in cases
+            for b in ("node", "wasm")]  # fmt: skip
+    problems = []
+    for case in run_js(node, runs, errors=True, timeout=600):
+        name, verdict, detail = want[case["package"]]
+        where = f"{name} on {case['backend']}"
+        if "error" in case:
+            if case["kind"] not in ("PackageError", "RangeError"):
+                problems.append(f"{where}: JS crashed with {case['kind']}: {case['error']}")
+            elif verdict == "ok":
+                problems.append(f"{where}: JS refused ({case['error']}), Python accepted")
+            elif "\n" in case["error"]:
+                problems.append(f"{where}: not one line: {case['error']!r}")
+        elif verdict == "refused":
+            problems.append(f"{where}: JS accepted, Python refused ({detail})")
+        elif [line["text"] for line in case["lines"]] != detail:
+            problems.append(f"{where}: outputs differ")
+    assert not problems, "\n".join(problems)
+    assert sum(v[1] == "refused" for v in want.values()) >= 40  # the cases did hit
+
+
+REGEX_CASES = [
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    " {2,}", "\\s+", "[{}]", "a{b", "(?<name>x)y", "(?#c)a", "(?i)a+", "[[a]b]+", "\\x{263a}+",
+    "(a+)+$", "(a|a)*b", "(\\w+\\s?)+$", "((ab)*)+", "(x)\\1", "a{1,100000}", "(?:a|b|ab)+c",
+    "(a*)*", "((a)?b?)+", "a*a*a*a*b", "a*a*a*b", "(?(1)a|b)", "(?~ab)", "\\k<n>", "\\g<1>",
+    "(a", "[ab", "a)", "\\", "*a", "a{2}{3}", "(" * 40 + ")" * 40, "x" * 5000,
+]  # fmt: skip
+
+
+# REGEX_CASES the rule accepts (real tokenizers' patterns; `?` and three repetitions in a row
+# are bounded); every other case is refused
+REGEX_ACCEPTED = {*REGEX_CASES[:11], "((a)?b?)+", "a*a*a*b"}
+
+
+def test_js_refuses_the_regexes_python_refuses(node):
+    """The tokenizer regex rule (issue 50) in the JS runtime (runtime/js/regex.mjs): real
+    tokenizers' patterns pass, catastrophic ones are refused; and its verdicts are those of the
+    Python rule (edgeformer.core.patterns, when this checkout has it)."""
+    script = (
+        "const { patternProblem } = await import(process.argv[1]);"
+        "console.log(JSON.stringify(JSON.parse(process.argv[2]).map(patternProblem)));"
+    )
+    cmd = [node, "--input-type=module", "-e", script, (JS / "regex.mjs").as_uri(),
+           json.dumps(REGEX_CASES)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = dict(zip(REGEX_CASES, json.loads(run.stdout)))
+    assert {p for p, why in got.items() if why is None} == REGEX_ACCEPTED
+    try:
+        patterns = importlib.import_module("edgeformer.core.patterns")
+    except ImportError:
+        pytest.skip("edgeformer.core.patterns (issue 50's Python rule) is not in this checkout")
+    for pattern, why in got.items():
+        assert (why is None) == (patterns.pattern_problem(pattern) is None), pattern[:60]
+
+
+def test_js_checks_external_data_in_any_field_order(node, ed_package, tmp_path):
+    """A graph whose external_data entries name an unlisted file with the protobuf fields in the
+    other order (value before key: what a byte search for one encoding misses) is refused on
+    node, where onnxruntime would open the file itself; and the CLI's bounds (threads,
+    max_new_tokens 0) are one-line errors with exit status 2."""
+    from edgeformer.core.files import sha256
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ed_package, pkg)
+    shutil.copyfile(pkg / "weights.data", pkg / "weights.dat2")
+    graph = (pkg / "decoder.onnx").read_bytes()
+    entry = b"\x0a\x08location\x12\x0cweights.data"
+    assert entry in graph
+    swapped = b"\x12\x0cweights.dat2\x0a\x08location"
+    (pkg / "decoder.onnx").write_bytes(graph.replace(entry, swapped))
+    config = json.loads((pkg / "config.json").read_text())
+    config["files"]["decoder.onnx"] = sha256(pkg / "decoder.onnx")
+    (pkg / "config.json").write_text(json.dumps(config))
+    run = cli(node, str(pkg), "--ids", "5,2")
+    assert run.returncode == 2, run.stderr
+    assert 'decoder.onnx reads the weights file "weights.dat2"' in run.stderr, run.stderr
+    for args in (["--threads", "100000"], ["--max-new-tokens", "0"], ["--beam", "1000000"],
+                 ["--top-p", "2"], ["--temperature", "nan"]):  # fmt: skip
+        run = cli(node, str(ed_package), "--ids", "5,2", *args)
+        assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, (args, run.stderr)
+
+
+# ---------------------------------------------------------------- the npm package (item 5)
+
+APP = """
+import { loadPackage, PackageError } from "edgeformer-runtime";
+import CONTRACT from "edgeformer-runtime/contract";
+const model = await loadPackage(process.argv[2], { variant: "fp32", threads: 1 });
+const lines = await model.run(JSON.parse(process.argv[3]), { numBeams: 2, maxNewTokens: 8 });
+console.log(JSON.stringify({ texts: lines.map((l) => l.text), version: CONTRACT.format_version,
+                             error: typeof PackageError }));
+"""
+
+
+PKG = "edgeformer-runtime"
+
+
+def app_lock(tgz: str) -> dict:
+    """A fresh project's package-lock.json: the tarball, and the versions runtime/js's lock
+    pins for its dependencies (what a project that installed it online would hold)."""
+    lock = json.loads((JS / "package-lock.json").read_text())
+    meta = json.loads((JS / "package.json").read_text())
+    packages = {
+        "": {"name": "app", "dependencies": {PKG: tgz}},
+        f"node_modules/{PKG}": {
+            "version": meta["version"], "resolved": tgz, "dependencies": meta["dependencies"],
+            "bin": meta["bin"], "engines": meta["engines"],
+        },
+    }  # fmt: skip
+    packages |= {k: v for k, v in lock["packages"].items() if k}
+    return {"name": "app", "lockfileVersion": 3, "requires": True, "packages": packages}
+
+
+def test_npm_pack_installs_offline_in_a_fresh_project(node, ed_package, tmp_path):
+    """`npm pack` gives a tarball that a fresh Node project installs without the network (its
+    dependencies at the versions of runtime/js's lock, from npm's cache) and runs: it
+    translates with beams as the Python runtime does; the tarball holds the types (index.d.ts)
+    and they declare every export."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not on PATH")
+    pack = subprocess.run([npm, "pack", "--json", "--pack-destination", str(tmp_path)], cwd=JS,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert pack.returncode == 0, pack.stderr
+    info = json.loads(pack.stdout)[0]
+    packed = {f["path"] for f in info["files"]}
+    assert {"index.mjs", "index.d.ts", "contract.mjs", "example/index.html"} <= packed, packed
+    app = tmp_path / "app"
+    app.mkdir()
+    tgz = f"file:../{info['filename']}"
+    (app / "package.json").write_text(json.dumps(
+        {"name": "app", "private": True, "type": "module", "dependencies": {PKG: tgz}}
+    ))  # fmt: skip
+    (app / "package-lock.json").write_text(json.dumps(app_lock(tgz)))
+    # npm ci from the lock: the dependencies' tarballs come from npm's cache (make js filled it)
+    install = [npm, "ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund"]
+    run = subprocess.run(install, cwd=app, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (app / "app.mjs").write_text(APP)
+    cmd = [node, "app.mjs", str(ed_package), json.dumps(TEXTS[:2])]
+    run = subprocess.run(cmd, cwd=app, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    want = Translator(ed_package, variant="fp32").translate_batch(
+        TEXTS[:2], max_new_tokens=8, num_beams=2
+    )
+    assert got == {"texts": want, "version": 5, "error": "function"}
+    types = (app / "node_modules/edgeformer-runtime/index.d.ts").read_text()
+    script = "import('edgeformer-runtime').then((m) => console.log(JSON.stringify(Object.keys(m))))"
+    run = subprocess.run([node, "-e", script], cwd=app, capture_output=True, text=True, timeout=60)
+    for name in json.loads(run.stdout):
+        assert re.search(rf"export (declare )?(function|class|const) {name}\b", types), name
+
+
+# ---------------------------------------------------------------- chat templates (item 1)
+
+
+def test_js_chat_templates_render_and_reply_as_python(node, tmp_path):
+    """A converted instruct model's chat template (tokenizer_config.json), rendered by
+    @huggingface/jinja: the prompt of a conversation is the Python runtime's (transformers'
+    apply_chat_template) for each family's template, and the reply's ids too (greedy, and
+    sampled with a seed), on node and wasm."""
+    from chat_templates import TEMPLATES
+    from conftest import tiny_llama
+    from test_chat import chat_tokenizer
+    from test_hostile import rewrite
+
+    from edgeformer.export import export_package
+    from edgeformer.models.hf import convert_hf
+
+    tok = chat_tokenizer(tmp_path / "hf", TEMPLATES["chatml"])
+    tiny_llama(tmp_path / "hf", len(tok), bos=tok.bos_token_id, eos=tok.eos_token_id)
+    base = export_package(convert_hf(tmp_path / "hf", tmp_path / "ck"), tmp_path / "pkg",
+                          verbose=False)  # fmt: skip
+    conversation = [
+        {"role": "system", "content": "you translate"},
+        {"role": "user", "content": "hello there"},
+        {"role": "assistant", "content": "two plus two"},
+        {"role": "user", "content": "what is three"},
+    ]
+    cases, want = [], {}
+    for name in ("chatml", "gemma", "mistral", "phi3", "qwen3"):
+        pkg = tmp_path / name
+        shutil.copytree(base, pkg)
+        config = json.loads((pkg / "tokenizer_config.json").read_text())
+        config["chat_template"] = TEMPLATES[name]
+        rewrite(pkg, "tokenizer_config.json", json.dumps(config))
+        messages = conversation[1:] if name in ("mistral", "gemma") else conversation
+        g = Generator(pkg, threads=1)
+        want[name, "prompt"] = g.chat_prompt(messages)
+        want[name, "chat"] = g.chat(messages, max_new_tokens=8)
+        want[name, "sample"] = g.chat(messages, max_new_tokens=8, sampling=True, seed=2)
+        for backend in ("node", "wasm"):
+            common = dict(package=str(pkg), backend=backend, variant="fp32", inputs=messages,
+                          max_new_tokens=8, name=name)  # fmt: skip
+            cases += [{**common, "call": "prompt"}, {**common, "call": "chat", "kind_": "chat"},
+                      {**common, "call": "chat", "kind_": "sample",
+                       "options": {"sampling": True, "seed": 2}}]  # fmt: skip
+    for case in run_js(node, cases):
+        where = f"{case['name']} {case['call']} on {case['backend']}"
+        if case["call"] == "prompt":
+            assert case["prompt"] == want[case["name"], "prompt"], where
+        else:
+            assert case["text"] == want[case["name"], case["kind_"]], where
+    # hostile templates (issue 50 item 5): refused in both runtimes, in bounded time and memory
+    hostile = {
+        "huge range": "{% for i in range(100000000) %}x{% endfor %}",
+        "huge string": "{{ 'x' * 100000000 }}",
+        "js internals": "{{ ''.constructor.constructor('return process')() }}",
+        "raise": "{{ raise_exception('no system role') }}",
+    }
+    cases = []
+    for name, template in hostile.items():
+        pkg = tmp_path / f"hostile-{len(cases)}"
+        shutil.copytree(base, pkg)
+        config = json.loads((pkg / "tokenizer_config.json").read_text())
+        config["chat_template"] = template
+        rewrite(pkg, "tokenizer_config.json", json.dumps(config))
+        with pytest.raises(ValueError):
+            Generator(pkg, threads=1).chat_prompt(conversation)
+        cases.append(dict(package=str(pkg), backend="node", variant="fp32", inputs=conversation,
+                          call="prompt", name=name))  # fmt: skip
+    for case in run_js(node, cases, errors=True):
+        assert case.get("kind") == "PackageError", (case["name"], case.get("prompt", "")[:80])
+
+
+# ---------------------------------------------------------------- WebGPU (item 4)
+
+
+def test_js_webgpu_in_headless_chromium(node, ed_package, lm_package, tmp_path, record_property):
+    """backend "webgpu" (onnxruntime-web's WebGPU provider) in headless Chromium on its
+    software adapter (SwiftShader, --enable-unsafe-webgpu): both families translate / continue
+    as the Python runtime does. onnxruntime's verbose log says where each node ran: the decoder
+    graphs run on WebGpuExecutionProvider (the LM's mask-length ops and one ArgMax on the CPU);
+    the encoder runs on wasm (the provider has no key_padding_mask for MultiHeadAttention)."""
+    chromium()
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "js").symlink_to(JS)
+    placed = {}
+    for name, pkg in (("ed", ed_package), ("lm", lm_package)):
+        (root / name).symlink_to(pkg)
+        query = {"package": f"/{name}/", "text": TEXTS[0], "beams": 1, "max_new_tokens": 4,
+                 "auto": 1, "backend": "webgpu", "log": 0}  # fmt: skip
+        flags = ("--enable-unsafe-webgpu", "--enable-logging=stderr", "--v=0")
+        result = open_page(root, "js/example/index.html", query, tmp_path / name, flags)
+        if "WebGPU" in result.get("error", "") and "navigator.gpu" in result["error"]:
+            pytest.skip(f"no WebGPU adapter in this Chromium: {result['error'][:200]}")
+        assert "error" not in result, result["error"][:2000]
+        assert result["backend"] == "webgpu"
+        if name == "ed":
+            want = Translator(pkg, variant="fp32").translate_batch(TEXTS[:1], max_new_tokens=4)
+        else:
+            want = Generator(pkg, variant="fp32").generate_batch(TEXTS[:1], max_new_tokens=4)
+        assert [line["text"] for line in result["lines"]] == want, name
+        log = Path(f"{tmp_path / name}.log").read_text(errors="replace")
+        placed[name] = re.findall(r"placed on \[(\w+)\]\. Number of nodes: (\d+)", log)
+        assert any(p == "WebGpuExecutionProvider" for p, _ in placed[name]), placed[name]
+    record_property("webgpu_placement", placed)
+    print(placed)

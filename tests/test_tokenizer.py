@@ -72,3 +72,59 @@ def test_load_tokenizer_errors(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="must have ids 0..3"):
         load_tokenizer(tmp_path / "t.json")
+
+
+def _lm_package(tmp_path, tokenizer):
+    import torch
+
+    from edgeformer.export import export_package
+    from edgeformer.models import ModelConfig, build_model
+    from edgeformer.models.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(family="decoder-only", vocab_size=tokenizer.get_vocab_size(), d_model=32,
+                      n_heads=4, d_ff=64, n_decoder_layers=1, norm="pre", positional="learned",
+                      activation="gelu", max_len=64, dropout=0.0)  # fmt: skip
+    ckpt = save_checkpoint(tmp_path / "ckpt", build_model(cfg).eval(), tmp_path / "tok.json")
+    return export_package(ckpt, tmp_path / "pkg", variants=("fp32",), verbose=False)
+
+
+def test_onnxruntime_genai_encodes_a_character_lm_package_as_we_do(tmp_path, capsys):
+    """A Shakespeare character tokenizer goes into an LM package in byte-level form: the same
+    ids from tokenizers, and onnxruntime-genai's og.Tokenizer (which gave -1 for every space of
+    the original) encodes and decodes every line as edgeformer does."""
+    og = pytest.importorskip("onnxruntime_genai")
+    from tokenizers import Tokenizer
+
+    from edgeformer.core.data import DATA_DIR
+
+    text = (DATA_DIR / "tinyshakespeare" / "input.txt").read_text()
+    trained = train_char(text, tmp_path / "tok.json")
+    pkg = _lm_package(tmp_path, trained)
+    ours = Tokenizer.from_file(str(pkg / "tokenizer.json"))
+    genai = og.Tokenizer(og.Model(str(pkg)))
+    lines = [*text.splitlines()[-400:], "First Citizen:\nBefore we proceed", "  two  spaces ", ""]
+    for line in lines:
+        ids = trained.encode(line).ids
+        assert ours.encode(line).ids == ids and ours.decode(ids) == line
+        assert [int(i) for i in genai.encode(line)] == ids, line
+        assert genai.decode(ids) == line
+    assert json.loads((pkg / "tokenizer_config.json").read_text())["unk_token"] == "[UNK]"
+    from edgeformer.cli import main
+
+    assert main(["info", str(pkg)]) == 0
+    assert "og.Tokenizer does not encode" not in capsys.readouterr().out
+
+
+def test_a_metaspace_bpe_lm_package_says_genai_misreads_its_tokenizer(tmp_path, capsys):
+    """genai splits SentencePiece-style text with Llama's regex, where our BPE split at spaces
+    only: `edgeformer info` says so rather than let genai's ids pass for ours."""
+    from edgeformer.cli import main
+    from edgeformer.core.data import DATA_DIR
+
+    text = (DATA_DIR / "tinyshakespeare" / "input.txt").read_text().splitlines()[:3000]
+    pkg = _lm_package(tmp_path, train_bpe(text, 300, tmp_path / "tok.json"))
+    assert main(["info", str(pkg)]) == 0
+    assert "og.Tokenizer does not encode this tokenizer (a BPE over words split at spaces" in (
+        capsys.readouterr().out
+    )

@@ -16,7 +16,8 @@ from edgeformer.core.variants import pick_variant
 from edgeformer.export import export_package
 from edgeformer.export.exporter import check_variants
 from edgeformer.runtime import GenerationOptions, Translator
-from edgeformer.runtime.package import external_files, load_package
+from edgeformer.runtime.onnx_refs import external_files
+from edgeformer.runtime.package import load_package
 
 
 @pytest.fixture(scope="module")

@@ -25,15 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument(
         "--evaluate",
         metavar="CKPT",
-        help="evaluate a checkpoint on --split with --beams and exit (default: train)",
+        help="evaluate a checkpoint on --split with --beam and exit (default: train)",
     )
     parser.add_argument(
         "--split", default="test_2016_flickr", choices=SPLITS,
         help="--evaluate: the Multi30k split (default: test_2016_flickr)",
     )  # fmt: skip
     parser.add_argument(
-        "--beams", default="1,5", help="--evaluate: beam sizes, comma-separated (default: 1,5)"
-    )
+        "--beam", dest="beams", default="1,5", metavar="N[,N...]",
+        help="--evaluate: beam sizes, comma-separated (default: 1,5)",
+    )  # fmt: skip
+    # the spelling before 2026-11-29 (translate's is --beam): still accepted, not shown
+    parser.add_argument("--beams", dest="beams", help=argparse.SUPPRESS)
     parser.add_argument(
         "--force", action="store_true",
         help="replace the training run in --out: the new run trains beside it and takes its "

@@ -10,7 +10,7 @@ model is a ValueError that names the field and its value: never a silently diffe
 
 from __future__ import annotations
 
-from . import decoders, marian  # noqa: F401  (each registers its loaders)
+from . import decoders, marian, seq2seq  # noqa: F401  (each registers its loaders)
 from .convert import (
     HF_CONFIG,
     HF_INDEX,

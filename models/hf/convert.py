@@ -20,6 +20,7 @@ import torch
 from ...core.config import ModelConfig
 from ..checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, TOKENIZER_CONFIG, save_checkpoint
 from ..transformer import build_model
+from . import files
 from .loaders import Loader, WeightReader, Weights, loader_for
 
 HF_CONFIG, HF_WEIGHTS, HF_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
@@ -48,13 +49,8 @@ def is_hf_model_dir(path: str | os.PathLike) -> bool:
 def read_hf_config(src: Path) -> dict:
     if not (src / HF_CONFIG).is_file():
         raise FileNotFoundError(f"{src} has no {HF_CONFIG}: not a Hugging Face model folder")
-    try:
-        config = json.loads((src / HF_CONFIG).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{src / HF_CONFIG} is not valid JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{src / HF_CONFIG} is not a JSON object")
-    return config
+    files.check_links(src)  # every file read from here on stays inside the folder
+    return files.read_json(src / HF_CONFIG)
 
 
 def hf_model_config(src: str | os.PathLike) -> tuple[str, ModelConfig]:
@@ -65,14 +61,12 @@ def hf_model_config(src: str | os.PathLike) -> tuple[str, ModelConfig]:
 
 
 def load_weights(src: Path) -> Weights:
-    """All tensors of the folder's safetensors file(s), as float32. Pickles are refused."""
-    from safetensors.torch import load_file
-
+    """All tensors of the folder's safetensors file(s), as float32, their headers checked first
+    (models.hf.files); shards named by the index stay inside the folder. Pickles are refused."""
     if (src / HF_WEIGHTS).is_file():
-        files = [src / HF_WEIGHTS]
+        shards: dict[Path, set[str] | None] = {src / HF_WEIGHTS: None}
     elif (src / HF_INDEX).is_file():
-        index = json.loads((src / HF_INDEX).read_text())
-        files = [src / name for name in sorted(set(index.get("weight_map", {}).values()))]
+        shards = dict(index_shards(src))
     elif any((src / name).is_file() for name in PICKLED):
         raise ValueError(
             f"{src} holds pickled PyTorch weights (pytorch_model.bin), which edgeformer never "
@@ -82,12 +76,39 @@ def load_weights(src: Path) -> Weights:
         )
     else:
         raise FileNotFoundError(f"{src} has no {HF_WEIGHTS} (or {HF_INDEX})")
+    headers: dict[Path, dict[str, dict]] = {}
+    seen: dict[str, Path] = {}
+    for file, listed in shards.items():
+        headers[file] = files.read_header(file)
+        for name in headers[file]:
+            if name in seen:
+                raise ValueError(f"{src}: tensor {name!r} is in both {seen[name].name} and {file}")
+            seen[name] = file
+        for name in sorted(listed or ()):
+            if name not in headers[file]:
+                raise ValueError(f"{src / HF_INDEX} puts tensor {name!r} in {file}, which lacks it")
     weights: Weights = {}
-    for file in files:
+    for file, header in headers.items():
+        tensors = files.load_tensors(file, header)
+        files.check_finite(tensors, set(tensors), str(file))
+        weights.update(tensors)
+    return weights
+
+
+def index_shards(src: Path) -> dict[Path, set[str]]:
+    """{shard file: the tensors the index puts in it}, each shard inside the folder."""
+    index = files.read_json(src / HF_INDEX)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{src / HF_INDEX}: weight_map is not a map of tensor names to files")
+    shards: dict[Path, set[str]] = {}
+    for tensor, name in weight_map.items():
+        file = files.inside(src, name, f"{HF_INDEX} (tensor {tensor!r})")
+        shards.setdefault(file, set()).add(tensor)
+    for file in shards:
         if not file.is_file():
             raise FileNotFoundError(f"{src}: {file.name} (listed in {HF_INDEX}) is missing")
-        weights.update({k: v.float() for k, v in load_file(str(file)).items()})
-    return weights
+    return dict(sorted(shards.items()))
 
 
 def map_weights(arch: str, loader: Loader, weights: Weights, cfg: ModelConfig) -> Weights:
@@ -138,13 +159,7 @@ CHAT_TEMPLATE_FILE, CHAT_TEMPLATE_JSON = "chat_template.jinja", "chat_template.j
 
 
 def _json_object(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a JSON object")
-    return data
+    return files.read_json(path)
 
 
 def tokenizer_config(src: Path) -> dict | None:
@@ -160,7 +175,10 @@ def tokenizer_config(src: Path) -> dict | None:
     if (src / CHAT_TEMPLATE_JSON).is_file():
         config["chat_template"] = _json_object(src / CHAT_TEMPLATE_JSON).get("chat_template")
     if (src / CHAT_TEMPLATE_FILE).is_file():
-        config["chat_template"] = (src / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+        try:
+            config["chat_template"] = (src / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{src / CHAT_TEMPLATE_FILE} is not UTF-8 text ({e})") from None
     kept = {k: config[k] for k in TOKENIZER_CONFIG_KEYS if config.get(k) is not None}
     template = kept.get("chat_template")
     if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use"}]
@@ -193,8 +211,6 @@ def convert_hf(
     src: str | os.PathLike, out: str | os.PathLike, force: bool = False, verbose: bool = False
 ) -> Path:
     """Convert the Hugging Face folder `src` into the edgeformer checkpoint `out`."""
-    from tokenizers import Tokenizer
-
     src, out = Path(src), Path(out)
     check_out(src, out, force)
     hf = read_hf_config(src)
@@ -205,20 +221,24 @@ def convert_hf(
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, source_tokenizer = loader.tokenizers(src, Path(tmp), arch)
         for file in (tokenizer, source_tokenizer):
-            size = 0 if file is None else Tokenizer.from_file(str(file)).get_vocab_size()
+            size = 0 if file is None else files.check_tokenizer(file).get_vocab_size()
             if size > cfg.vocab_size:
                 raise ValueError(
                     f"{src}: the tokenizer has {size} tokens, more than the model's vocab_size "
                     f"{cfg.vocab_size}"
                 )
+        if (src / GENERATION_CONFIG).is_file():
+            files.check_generation_config(src / GENERATION_CONFIG, cfg)
         sd = map_weights(arch, loader, load_weights(src), cfg)
+        files.check_sizes(sd, cfg, str(src))  # config.json against the tensors, no allocation
         model = build_model(cfg)
         try:
             model.load_state_dict(sd, strict=True)
         except RuntimeError as e:  # shapes that config.json does not explain
             raise ValueError(f"{src}: weights do not match config.json ({e})") from None
         kind = "translation" if cfg.family == "encoder-decoder" else "lm"
-        meta = {"task": {"kind": kind}, "source": {"format": "huggingface", "architecture": arch}}
+        task = {"kind": kind, **loader.task(src, source_tokenizer or tokenizer, cfg)}
+        meta = {"task": task, "source": {"format": "huggingface", "architecture": arch}}
         written = generation_config(src, cfg, end_ids)
         tok_config = tokenizer_config(src) if cfg.family == "decoder-only" else None
         with torch.no_grad():

@@ -60,6 +60,11 @@ class Loader:
         """(our state dict, Hugging Face names deliberately not used)."""
         raise NotImplementedError
 
+    def task(self, src: Path, tokenizer: Path, cfg: ModelConfig) -> dict[str, Any]:
+        """The checkpoint task's fields beyond its kind (a translator's source frame and
+        languages: seq2seq.translation_task)."""
+        return {}
+
     def tokenizers(self, src: Path, tmp: Path, arch: str) -> tuple[Path, Path | None]:
         """(the tokenizer.json of the targets / the LM, the sources' own or None)."""
         tokenizer = src / HF_TOKENIZER

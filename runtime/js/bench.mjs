@@ -1,12 +1,12 @@
 #!/usr/bin/env node
 // ms per generated token of greedy decoding, batch 1:
 //
-//   node runtime/js/bench.mjs PACKAGE [--backends node] [--variant fp32] [--threads 2]
+//   node runtime/js/bench.mjs PACKAGE [--backends node] [--variant fp32[,int8-dynamic,...]] [--threads 2]
 //                            [--wasm-threads 1] [--input 16] [--new 32] [--rounds 10] [--spinning 0|1]
 //
 // A fixed input of --input ids (a source ending in EOS, or a prompt), --new tokens generated with
-// EOS ignored. After one warm-up call each, the setups (node: cache "inplace" and "refeed";
-// wasm: "refeed") take turns, --rounds calls each, so that a busy machine slows all alike.
+// EOS ignored. After one warm-up call each, the setups (each variant; node: cache "inplace" and
+// "refeed"; wasm: "refeed") take turns, --rounds calls each, so that a busy machine slows all alike.
 // Prints one JSON line per setup: the median ms/token (wall time of the whole call, encoder or
 // prefill included, divided by the new tokens). --threads: onnxruntime-node's intra-op threads;
 // --wasm-threads: onnxruntime-web's. Measure one backend per process (--backends node, then
@@ -28,7 +28,7 @@ if (!pkg || pkg.startsWith("--")) {
   process.exit(2);
 }
 const backends = flag("--backends", "node").split(",");
-const variant = flag("--variant", "fp32");
+const variants = flag("--variant", "fp32").split(","); // several: measured in turns, one process
 const threads = { node: Number(flag("--threads", "2")), wasm: Number(flag("--wasm-threads", "1")) };
 const inputLength = Number(flag("--input", "16"));
 const maxNewTokens = Number(flag("--new", "32"));
@@ -38,9 +38,11 @@ const spinning = spin === null ? undefined : spin === "1";
 
 const setups = [];
 for (const backend of backends) {
-  const model = await loadPackage(pkg, { backend, variant, threads: threads[backend], spinning });
-  for (const cache of backend === "node" ? ["inplace", "refeed"] : ["refeed"]) {
-    setups.push({ backend, cache, model, times: [] });
+  for (const variant of variants) {
+    const model = await loadPackage(pkg, { backend, variant, threads: threads[backend], spinning });
+    for (const cache of backend === "node" ? ["inplace", "refeed"] : ["refeed"]) {
+      setups.push({ backend, cache, model, variant, times: [] });
+    }
   }
 }
 const { model } = setups[0];
@@ -54,7 +56,7 @@ for (let r = 0; r < rounds; r++) {
     s.times.push((await s.model.decodeIds([ids], { ...settings, cache: s.cache })).msPerToken);
 }
 const median = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
-for (const { backend, cache, times } of setups) {
+for (const { backend, cache, variant, times } of setups) {
   const line = {
     package: pkg,
     family: model.family,

@@ -1,45 +1,67 @@
 #!/usr/bin/env node
-// Greedy decoding of an edgeformer package from the command line, one JSON line per input:
+// Decoding an edgeformer package from the command line, one JSON line per input:
 //
 //   node runtime/js/cli.mjs PACKAGE [options] [--ids 1,2,3 ...] [TEXT ...]
 //
 // Each TEXT is a source sentence (encoder-decoder) or a prompt (decoder-only); each --ids is
 // one input as token ids (a source ends in EOS, as the Python runtime's translate_ids expects).
-// Inputs are decoded as one batch. Output line: {"input", "ids", "text", "ms_per_token", ...}.
-import { loadPackage } from "./index.mjs";
+// Inputs are decoded as one batch. Output line: {"input", "ids", "text", "ms_per_token", ...}
+// (with --n-best: "hypotheses"). The generation options are the Python CLI's, named by the
+// contract (GenerationOptions' fields as --kebab-case flags; --beam and --sample as there).
+// Exit status: 0, or 2 with one line "error: ..." for a package or a request it refuses.
+import { CONTRACT, PackageError, loadPackage } from "./index.mjs";
 
-const HELP = `usage: node cli.mjs PACKAGE [--backend node|wasm] [--variant auto|fp32|int8|int4|int8-dynamic]
-                    [--cache auto|inplace|refeed] [--threads N] [--spinning] [--max-new-tokens N]
-                    [--ignore-eos] [--scores] [--ids 1,2,3 ...] [TEXT ...]`;
+const OPTIONS = CONTRACT.generation_options;
+const kebab = (s) => `--${s.replace(/_/g, "-")}`;
+const FLAGS = { "--beam": "num_beams", "--sample": "sampling" };
+for (const name of Object.keys(OPTIONS)) FLAGS[kebab(name)] = name;
+
+const HELP = `usage: node cli.mjs PACKAGE [--backend node|wasm|webgpu] [--variant auto|fp32|int8|int4|...]
+                    [--cache auto|inplace|refeed] [--threads N] [--spinning] [--scores] [--n-best]
+                    [--stream] [--chat] [--target-prefix TEXT] [--ids 1,2,3 ...] [TEXT ...]
+generation options: ${Object.keys(FLAGS).join(" ")}`;
 
 function parse(argv) {
-  const opts = { ids: [], texts: [] };
+  const opts = { ids: [], texts: [], gen: {} };
   const value = (i, flag) => {
-    if (i >= argv.length) throw new Error(`${flag} needs a value`);
+    if (i >= argv.length) throw new RangeError(`${flag} needs a value`);
     return argv[i];
   };
   const int = (text, flag) => {
-    if (!/^\d+$/.test(text)) throw new Error(`${flag} ${text}: expected a whole number`);
+    if (!/^\d+$/.test(text)) throw new RangeError(`${flag} ${text}: expected a whole number`);
+    return Number(text);
+  };
+  const real = (text, flag) => {
+    if (text.trim() === "" || !Number.isFinite(Number(text))) throw new RangeError(`${flag} ${text}: expected a number`);
     return Number(text);
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
+    const name = FLAGS[a] ?? (a.startsWith("--no-") ? FLAGS[`--${a.slice(5)}`] : undefined);
     if (a === "-h" || a === "--help") opts.help = true;
     else if (a === "--backend") opts.backend = value(++i, a);
     else if (a === "--variant") opts.variant = value(++i, a);
     else if (a === "--cache") opts.cache = value(++i, a);
     else if (a === "--threads") opts.threads = int(value(++i, a), a);
-    else if (a === "--max-new-tokens") opts.maxNewTokens = int(value(++i, a), a);
-    else if (a === "--ignore-eos") opts.ignoreEos = true;
     else if (a === "--spinning") opts.spinning = true;
     else if (a === "--scores") opts.scores = true;
+    else if (a === "--n-best") opts.nbest = true;
+    else if (a === "--stream") opts.stream = true;
+    else if (a === "--chat") opts.chat = true;
+    else if (a === "--target-prefix") opts.targetPrefix = value(++i, a);
     else if (a === "--ids")
       opts.ids.push(
         value(++i, a)
           .split(",")
           .map((x) => int(x.trim(), a)),
       );
-    else if (a.startsWith("--")) throw new Error(`unknown option ${a}\n${HELP}`);
+    else if (name !== undefined) {
+      const kind = OPTIONS[name].kind;
+      if (kind === "bool") opts.gen[name] = !a.startsWith("--no-");
+      else if (kind === "list") (opts.gen[name] ??= []).push(value(++i, a));
+      else if (kind.startsWith("int")) opts.gen[name] = int(value(++i, a), a);
+      else opts.gen[name] = real(value(++i, a), a);
+    } else if (a.startsWith("--")) throw new RangeError(`unknown option ${a}\n${HELP}`);
     else if (opts.package === undefined) opts.package = a;
     else opts.texts.push(a);
   }
@@ -52,26 +74,38 @@ async function main() {
     console.log(HELP);
     return opts.help ? 0 : 2;
   }
-  if (opts.ids.length && opts.texts.length) throw new Error("give --ids or texts, not both");
+  if (opts.ids.length && opts.texts.length) throw new RangeError("give --ids or texts, not both");
   const { backend, variant, cache, threads, spinning } = opts;
   const model = await loadPackage(opts.package, { backend, variant, cache, threads, spinning });
-  const settings = { maxNewTokens: opts.maxNewTokens, ignoreEos: opts.ignoreEos, scores: opts.scores };
+  model.options(opts.gen); // options checked before anything runs
+  const settings = { ...opts.gen, scores: opts.scores };
+  if (opts.targetPrefix !== undefined) settings.targetPrefix = opts.texts.map(() => opts.targetPrefix);
   const info = { variant: model.variant, backend: model.backend, cache: model.cacheMode };
+  const hyps = (h) => h.map((x) => ({ ids: x.tokens ?? x.ids, text: x.text, score: x.score, log_probs: x.logProbs ?? x.log_probs }));
   if (opts.ids.length) {
     const out = await model.decodeIds(opts.ids, settings);
     out.ids.forEach((ids, i) => {
       const line = { input: opts.ids[i], ids, ms_per_token: out.msPerToken, ...info };
       if (out.logProbs) line.log_probs = out.logProbs[i];
+      if (opts.nbest) line.hypotheses = hyps(out.hypotheses[i]);
       console.log(JSON.stringify(line));
     });
+  } else if (opts.chat) {
+    const messages = opts.texts.map((content, i) => ({ role: i % 2 ? "assistant" : "user", content }));
+    console.log(JSON.stringify({ messages, text: await model.chat(messages, opts.gen), ...info }));
+  } else if (opts.stream) {
+    for (const text of opts.texts) {
+      for await (const piece of model.stream(text, settings)) process.stdout.write(piece);
+      process.stdout.write("\n");
+    }
   } else if (opts.texts.length) {
-    for (const line of await model.run(opts.texts, settings))
-      console.log(JSON.stringify({ ...line, ...info }));
+    for (const line of await model.run(opts.texts, settings)) {
+      const { hypotheses, ...rest } = line;
+      console.log(JSON.stringify({ ...rest, ...(opts.nbest ? { hypotheses } : {}), ...info }));
+    }
   }
   if (model.ignored.length) {
-    console.error(
-      `note: greedy decoding only; generation_config.json's ${model.ignored.join(", ")} not applied`,
-    );
+    console.error(`note: generation_config.json's ${model.ignored.join(", ")} not applied`);
   }
   await model.release();
   return 0;
@@ -82,7 +116,10 @@ main().then(
     process.exitCode = code;
   },
   (e) => {
-    console.error(`error: ${e.message ?? e}`);
-    process.exitCode = 1;
+    // a package or a request refused: one line, exit 2 (as the Python CLI); anything else is a
+    // bug of this runtime: exit 1
+    const clear = e instanceof PackageError || e instanceof RangeError;
+    console.error(`error: ${String(e.message ?? e).split("\n")[0]}`);
+    process.exitCode = clear ? 2 : 1;
   },
 );

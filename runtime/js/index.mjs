@@ -1,16 +1,14 @@
-// edgeformer-runtime: greedy decoding of an edgeformer model package in JavaScript.
-//
-// A package is a folder (docs/package-format.md is the contract): config.json, encoder.onnx /
-// decoder.onnx (+ quantized variants) with their shared weights file, tokenizer.json,
-// generation_config.json, golden.json. This module loads one and decodes greedily, exactly as the
-// Python runtime (edgeformer.runtime) does with num_beams=1, on either
+// edgeformer-runtime: an edgeformer model package decoded in JavaScript, as the Python runtime
+// (edgeformer.runtime) decodes it: the same checks of the package (one contract, contract.mjs,
+// generated from edgeformer.core), the same decoding (decoding.mjs: greedy, beam search,
+// sampling with numpy's seeded generator, penalties, prefixes, stop strings), on either
 //   - onnxruntime-node  (backend "node": native CPU build, Node.js only), or
-//   - onnxruntime-web   (backend "wasm": WebAssembly, in a browser or in Node.js).
+//   - onnxruntime-web   (backend "wasm": WebAssembly, or "webgpu": in a browser or in Node.js).
 //
 //   import { loadPackage } from "edgeformer-runtime";
 //   const model = await loadPackage("packages/m30k", { backend: "node" });
-//   const [out] = await model.run(["A man is riding a bike."]);  // {ids, text, ...}
-//   const ids = await model.generateIds([[5, 9, 14]], { maxNewTokens: 20 });
+//   const [out] = await model.run(["A man is riding a bike."], { numBeams: 4 });  // {ids, text, ...}
+//   const ids = await model.generateIds([[5, 9, 14]], { maxNewTokens: 20, sampling: true, seed: 0 });
 //
 // The KV cache follows the package's cache contract: one preallocated (B, G, M, D) buffer per
 // layer and kind; the decoder reads `past_key_values.X` and writes `present.X`. cache "inplace"
@@ -21,162 +19,38 @@
 // with 1.30.0), so "wasm" always re-feeds. docs/ship-node.md has the measurements.
 
 import { Tokenizer } from "@huggingface/tokenizers";
+import {
+  CONTRACT, PackageError, checkConfig, checkGraphSizes, checkNames, checkThreads, fileSource, generationSettings,
+  isNode, onnxFacts, parseJson, sha256,
+} from "./package.mjs"; // prettier-ignore
+import { decode, fitNewTokens, makeOptions } from "./decoding.mjs";
+import { regexProblem } from "./regex.mjs";
 
-export const PACKAGE_FORMAT = "edgeformer-package";
-export const FORMAT_VERSION = 4;
-export const READABLE_VERSIONS = [2, 3, 4, 5]; // as the Python runtime (core/format.py)
-export const VARIANTS = ["fp32", "int8", "int4", "int8-dynamic"];
-
-// config.json's `model` uses Hugging Face's field names since format 3 (format 2: ours)
-const OUR_NAMES = {
-  hidden_size: "d_model",
-  num_attention_heads: "n_heads",
-  num_key_value_heads: "n_kv_heads",
-  encoder_layers: "n_encoder_layers",
-  decoder_layers: "n_decoder_layers",
-  max_position_embeddings: "max_len",
-  vocab_size: "vocab_size",
-  head_dim: "d_head", // written only when not hidden_size / num_attention_heads (Qwen3, Gemma)
-};
-// core/variants.py: variant "auto" = the fastest variant export measured within these bounds
-const MAX_QUALITY_LOSS = 0.05;
-const MAX_BLEU_LOSS = 0.5;
-const MAX_PERPLEXITY_INCREASE = 0.03;
-// generation_config.json fields this (greedy-only) runtime applies; others are reported
-const APPLIED = new Set([
-  "max_new_tokens", "min_new_tokens", "eos_token_id", "max_length", "do_sample", "num_beams",
-  "bos_token_id", "pad_token_id", "decoder_start_token_id", "transformers_version",
-]); // prettier-ignore
-
-/** A package that cannot be used (bad file, version, checksum, IO names): one clear message. */
-export class PackageError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = "PackageError";
-  }
-}
-
-const isNode = typeof process !== "undefined" && !!process.versions?.node;
-
-// ---- files: a folder on disk (Node) or a base URL (browser, or any fetch) -------------------
-
-/** Reads a package's files by name. `source`: a folder path (Node), a URL string ending in "/"
- * or a URL object (fetch), or an object {name, read(file) -> Promise<Uint8Array>}. */
-async function fileSource(source) {
-  if (source && typeof source === "object" && typeof source.read === "function") return source;
-  const url = source instanceof URL ? source.href : String(source);
-  if (!isNode || /^(https?|blob|data):/.test(url)) {
-    const base = url.endsWith("/") ? url : `${url}/`;
-    return {
-      name: base,
-      async read(file) {
-        const res = await fetch(new URL(file, base));
-        if (!res.ok) throw new PackageError(`model package ${base}: ${file}: HTTP ${res.status}`);
-        return new Uint8Array(await res.arrayBuffer());
-      },
-    };
-  }
-  const fs = await import("node:fs/promises");
-  const path = await import("node:path");
-  const dir = path.resolve(url.startsWith("file:") ? new URL(url).pathname : url);
-  const locate = async (file) => {
-    // a listed name is a plain file name (checkConfig); its real path must stay in the folder
-    const full = path.join(dir, file);
-    const real = await fs.realpath(full).catch(() => null);
-    if (real === null) throw new PackageError(`model package ${dir}: ${file} is missing`);
-    if (path.dirname(real) !== (await fs.realpath(dir))) {
-      throw new PackageError(`model package ${dir}: ${file} leaves the package folder`);
-    }
-    return full;
-  };
-  return {
-    name: dir,
-    path: (file) => path.join(dir, file),
-    read: async (file) => new Uint8Array(await fs.readFile(await locate(file))),
-    // streamed: a weights file that onnxruntime-node opens by path is checked, not held
-    async sha256(file) {
-      const full = await locate(file);
-      const { createHash } = await import("node:crypto");
-      const { createReadStream } = await import("node:fs");
-      const hash = createHash("sha256");
-      for await (const chunk of createReadStream(full)) hash.update(chunk);
-      return hash.digest("hex");
-    },
-  };
-}
-
-async function sha256(bytes) {
-  if (isNode) {
-    const { createHash } = await import("node:crypto");
-    return createHash("sha256").update(bytes).digest("hex");
-  }
-  const digest = await crypto.subtle.digest("SHA-256", bytes);
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-const decoder = new TextDecoder();
-const json = (bytes) => JSON.parse(decoder.decode(bytes));
-
-// ---- config -----------------------------------------------------------------------------------
-
-function checkConfig(cfg, where) {
-  if (!cfg || typeof cfg !== "object" || cfg.format !== PACKAGE_FORMAT) {
-    throw new PackageError(`${where}: config.json is not an edgeformer package (format)`);
-  }
-  if (!READABLE_VERSIONS.includes(cfg.format_version)) {
-    throw new PackageError(
-      `${where}: format_version ${cfg.format_version} is not one this runtime reads ` +
-        `(${READABLE_VERSIONS.join(", ")}): re-export the package with this edgeformer ` +
-        `(or update edgeformer-runtime)`,
-    );
-  }
-  if (!["encoder-decoder", "decoder-only"].includes(cfg.family)) {
-    throw new PackageError(`${where}: unknown family ${JSON.stringify(cfg.family)}`);
-  }
-  for (const name of Object.keys(cfg.files ?? {})) {
-    if (!/^[A-Za-z0-9_.-]+$/.test(name) || name.startsWith(".")) {
-      throw new PackageError(`${where}: config.json lists ${JSON.stringify(name)}: not a plain file name`);
-    }
-  }
-  const raw = cfg.model ?? {};
-  const m = {};
-  for (const [k, v] of Object.entries(raw)) m[cfg.format_version === 2 ? k : (OUR_NAMES[k] ?? k)] = v;
-  for (const key of ["vocab_size", "d_model", "n_heads", "n_decoder_layers", "max_len"]) {
-    if (!Number.isInteger(m[key]) || m[key] < 1) {
-      throw new PackageError(`${where}: config.json model: ${key} must be a positive integer`);
-    }
-  }
-  m.kv_heads = m.n_kv_heads ?? m.n_heads;
-  m.head_dim = m.d_head ?? m.d_model / m.n_heads;
-  m.cache_head_size = m.head_dim; // the graphs' (zero-padded) head size, read from the decoder
-  return m;
-}
-
-// core/format.py WEB_VARIANTS: int8 / int4's graphs with fp32 compute (accuracy_level 0), what
-// onnxruntime-web computes for any accuracy_level: their golden run holds on wasm
-const WEB_VARIANTS = ["int8-web", "int4-web"];
+export { PackageError, CONTRACT };
+export { makeOptions } from "./decoding.mjs";
+export { regexProblem } from "./regex.mjs";
+export const PACKAGE_FORMAT = CONTRACT.package_format;
+export const FORMAT_VERSION = CONTRACT.format_version;
+export const READABLE_VERSIONS = CONTRACT.readable_versions;
+export const VARIANTS = CONTRACT.variants;
+const FILES = CONTRACT.files;
+const WEB_VARIANTS = Object.keys(CONTRACT.web_variants);
+export const BACKENDS = ["node", "wasm", "webgpu"];
 
 /** (variant, why) for variant "auto": the Python runtime's policy (core/variants.py). */
 export function pickVariant(cfg, maxQualityLoss = null) {
+  const { max_quality_loss, max_bleu_loss, max_perplexity_increase } = CONTRACT.variant_auto;
   const measured = {};
   for (const [k, v] of Object.entries(cfg.variants ?? {})) {
     if (v.measured && !WEB_VARIANTS.includes(k)) measured[k] = v.measured; // never auto's pick
   }
   if (!measured.fp32) return ["fp32", "no export measurements in this package: fp32"];
   const ref = measured.fp32;
-  const heldOut = (m) => {
-    if ("bleu" in m && "bleu" in ref && ref.bleu - m.bleu > MAX_BLEU_LOSS) return "BLEU";
-    if (
-      "perplexity" in m &&
-      "perplexity" in ref &&
-      m.perplexity / ref.perplexity - 1 > MAX_PERPLEXITY_INCREASE
-    ) {
-      return "perplexity";
-    }
-    return null;
-  };
-  const hasHeldOut = "bleu" in ref || "perplexity" in ref;
-  const bound = maxQualityLoss ?? (hasHeldOut ? 1 : MAX_QUALITY_LOSS);
+  const heldOut = (m) =>
+    ("bleu" in m && "bleu" in ref && ref.bleu - m.bleu > max_bleu_loss) ||
+    ("perplexity" in m && "perplexity" in ref && m.perplexity / ref.perplexity - 1 > max_perplexity_increase);
+  const hasHeldOut = CONTRACT.held_out_keys.some((k) => k in ref);
+  const bound = maxQualityLoss ?? (hasHeldOut ? 1 : max_quality_loss);
   const ok = Object.keys(measured).filter(
     (k) => !heldOut(measured[k]) && 1 - measured[k].agreement <= bound + 1e-12,
   );
@@ -195,9 +69,6 @@ const versionTuple = (v) =>
     .map((x) => x.padStart(5, "0"))
     .join(".");
 
-const INPLACE_ON_WEB =
-  'cache "inplace" on onnxruntime-web: it leaves pre-allocated CPU outputs unwritten (the cache ' +
-  'and the logits stay zeros, no error; measured with 1.30.0): use cache "refeed" (the default)';
 
 // ---- tensors ----------------------------------------------------------------------------------
 
@@ -232,98 +103,141 @@ function lengthMask(ort, lengths) {
   );
 }
 
-// ---- the model --------------------------------------------------------------------------------
+// ---- the model ----------------------------------------------------------------------------------
+
+const INPLACE_ON_WEB =
+  'cache "inplace" on onnxruntime-web: it leaves pre-allocated CPU outputs unwritten (the cache ' +
+  'and the logits stay zeros, no error; measured with 1.30.0): use cache "refeed" (the default)';
 
 /**
- * Load a package. options:
- *   backend  "node" (onnxruntime-node) | "wasm" (onnxruntime-web); default: "node" in Node.js
+ * Load a package, checked as the Python runtime checks it (runtime/package.py, model.py).
+ * options:
+ *   backend  "node" (onnxruntime-node) | "wasm" (onnxruntime-web) | "webgpu" (onnxruntime-web's
+ *            WebGPU provider, wasm for what it does not run); default: "node" in Node.js
  *   ort      the onnxruntime module to use (default: imported by backend name)
- *   variant  "auto" (default: the Python runtime's policy; fp32 on wasm) | "fp32" | "int8" | "int4"
- *            | "int8-dynamic" | "int8-web" | "int4-web"
+ *   variant  "fp32" (default, as the Python runtime's) | "auto" (the Python runtime's policy; fp32
+ *            on wasm) | "int8" | "int4" | "int8-dynamic" | "int8-web" | "int4-web"
  *   cache    "auto" (in place on node, re-fed on wasm) | "inplace" | "refeed"
  *   threads  intra-op threads (node: per session; wasm: ort.env.wasm.numThreads, set once)
  *   spinning let idle intra-op threads spin (default false: see docs/ship-node.md)
- *   verify   check every file read against config.json's sha256 (default true)
+ *   verify   check every file against config.json's sha256 (default true; in Node every listed
+ *            file at load, as Python; over fetch each file as it is read)
  */
 export async function loadPackage(source, options = {}) {
   const backend = options.backend ?? (isNode ? "node" : "wasm");
-  if (!["node", "wasm"].includes(backend)) throw new Error(`backend ${backend}: expected node or wasm`);
-  if (backend === "node" && !isNode) throw new Error('backend "node" needs Node.js: use "wasm" in a browser');
-  const ort = options.ort ?? (await import(backend === "node" ? "onnxruntime-node" : "onnxruntime-web"));
+  if (!BACKENDS.includes(backend)) throw new RangeError(`backend ${backend}: expected ${BACKENDS.join(", ")}`);
+  if (backend === "node" && !isNode) throw new RangeError('backend "node" needs Node.js: use "wasm" in a browser');
   const cache = options.cache ?? "auto";
-  if (!["auto", "inplace", "refeed"].includes(cache))
-    throw new Error(`cache ${cache}: expected auto, inplace or refeed`);
-  if (backend === "wasm" && cache === "inplace") throw new Error(INPLACE_ON_WEB);
+  if (!["auto", "inplace", "refeed"].includes(cache)) throw new RangeError(`cache ${cache}: expected auto, inplace or refeed`);
+  if (backend !== "node" && cache === "inplace") throw new RangeError(INPLACE_ON_WEB);
+  const threads = checkThreads(options.threads);
+  const ortModule = { node: "onnxruntime-node", wasm: "onnxruntime-web", webgpu: "onnxruntime-web/webgpu" }[backend];
+  const ort = options.ort ?? (await import(ortModule));
+  if (backend === "webgpu" && !globalThis.navigator?.gpu) {
+    throw new RangeError('backend "webgpu": this JavaScript environment has no WebGPU (navigator.gpu)');
+  }
   const files = await fileSource(source);
   const where = `model package ${files.name}`;
-  const cfg = json(await files.read("config.json"));
-  const model = checkConfig(cfg, where);
+  let cfgBytes;
+  try {
+    cfgBytes = await files.read(FILES.config);
+  } catch (e) {
+    if (e instanceof PackageError) throw new PackageError(`${where} has no ${FILES.config}`);
+    throw e;
+  }
+  const { cfg, model } = checkConfig(parseJson(cfgBytes, `${where}: ${FILES.config}`), `${where}: ${FILES.config}`);
+  await checkNames(cfg, files, where);
   const verify = options.verify ?? true;
+  const mismatch = (file) => new PackageError(`${where}: checksum mismatch for ${file} (file changed or corrupt)`);
+  const checked = new Set();
   const read = async (file) => {
-    const want = cfg.files?.[file];
-    if (want === undefined) throw new PackageError(`${where}: ${file} is not in config.json's checksum list`);
     const bytes = await files.read(file);
-    if (verify && (await sha256(bytes)) !== want) throw mismatch(file);
+    if (verify && !checked.has(file) && (await sha256(bytes)) !== cfg.files[file]) throw mismatch(file);
     return bytes;
   };
-  const mismatch = (file) =>
-    new PackageError(`${where}: ${file} does not match its sha256 in config.json (damaged or edited)`);
-  const check = async (file) => {
-    // a file onnxruntime opens itself (node: graphs and weights by path): listed and checked
-    const want = cfg.files?.[file];
-    if (want === undefined) throw new PackageError(`${where}: ${file} is not in config.json's checksum list`);
-    if (!verify) return;
-    const got = files.sha256 ? await files.sha256(file) : await sha256(await files.read(file));
-    if (got !== want) throw mismatch(file);
-  };
+  const graphFacts = {};
+  if (files.local) {
+    // as the Python runtime: every listed file present and checked, every graph's external data
+    // listed, before any graph is loaded
+    for (const file of Object.keys(cfg.files)) {
+      const digest = await files.sha256(file);
+      if (verify && digest !== cfg.files[file]) throw mismatch(file);
+      checked.add(file);
+    }
+    for (const v of Object.values(cfg.variants)) {
+      for (const file of Object.values(v.files)) {
+        if (file.endsWith(CONTRACT.ort_suffix) || file in graphFacts) continue;
+        graphFacts[file] = graphFactsOf(await read(file), file, cfg, where);
+      }
+    }
+  }
 
-  let variant = options.variant ?? "auto";
+  let variant = options.variant ?? "fp32";
   let variantReason = "asked for";
-  if (variant === "auto" && backend === "wasm") {
+  if (variant === "auto" && backend !== "node") {
     // export measured native speeds; on wasm MatMulNBits ran 12-21x slower than fp32's MatMul
     // (docs/ship-node.md), so the fastest there is fp32
     [variant, variantReason] = ["fp32", "wasm: fp32 (quantized matmuls are slower there)"];
   } else if (variant === "auto") {
     [variant, variantReason] = pickVariant(cfg, options.maxQualityLoss ?? null);
   }
-  const entry = cfg.variants?.[variant];
-  if (!entry) {
-    throw new PackageError(
-      `${where}: no variant ${variant} (has ${Object.keys(cfg.variants ?? {}).join(", ")})`,
-    );
-  }
+  const entry = cfg.variants[variant];
+  if (!entry) throw new PackageError(`package ${files.name} has no variant ${JSON.stringify(variant)}; it has ${JSON.stringify(Object.keys(cfg.variants))}`);
 
   const have = ort.env?.versions?.[backend === "node" ? "node" : "web"] ?? "0";
-  if (versionTuple(have) < versionTuple(cfg.min_onnxruntime ?? "0")) {
+  if (versionTuple(have) < versionTuple(cfg.min_onnxruntime ?? CONTRACT.min_onnxruntime)) {
     throw new PackageError(
       `${where} needs onnxruntime >= ${cfg.min_onnxruntime}; this is onnxruntime-${backend === "node" ? "node" : "web"} ${have}`,
     );
   }
 
-  // generation_config.json: greedy-only, so the fields it applies are the lengths and end tokens
-  const gen = cfg.files?.["generation_config.json"] ? json(await read("generation_config.json")) : {};
-  const ignored = Object.keys(gen).filter((k) => !APPLIED.has(k));
-  if (gen.do_sample) ignored.push("do_sample");
-  if ((gen.num_beams ?? 1) > 1) ignored.push("num_beams");
-
-  // tokenizers, checked against export's probes (golden.json) as the Python runtime does. One
-  // that the JS library cannot read, or that encodes a probe differently, leaves the package
-  // usable with ids: text in or out is then an error that says so (tokenizerError)
-  const tokenizers = {};
-  let tokenizerError = null;
-  for (const file of ["tokenizer.json", "source_tokenizer.json"]) {
-    if (!cfg.files?.[file]) continue;
-    const data = json(await read(file));
+  // generation_config.json: the package's default decoding settings, checked as the Python
+  // runtime checks them (a setting GenerationOptions refuses names the file)
+  let defaults;
+  let ignored = [];
+  const genWhere = `${where}: ${FILES.generation_config}`;
+  {
+    let settings = {};
+    if (FILES.generation_config in cfg.files) {
+      ({ settings, ignored } = generationSettings(parseJson(await read(FILES.generation_config), genWhere), cfg, genWhere));
+    }
     try {
-      tokenizers[file] = new Tokenizer(data, {});
+      defaults = makeOptions({}, settings);
     } catch (e) {
-      tokenizerError ??= `${file} cannot be read by @huggingface/tokenizers (${String(e.message ?? e).slice(0, 200)})`;
+      throw new PackageError(`${genWhere}: ${e.message}`);
     }
   }
-  if (cfg.files?.["golden.json"]) {
-    for (const probe of json(await read("golden.json")).probes ?? []) {
-      const tok = tokenizers[probe.file];
-      if (!tok) continue;
+
+  // tokenizers: hostile ones (a regex that could hang encoding, ids beyond the vocabulary) are
+  // refused as in Python; one that the JS library cannot read, or that encodes export's probe
+  // differently, leaves the package usable with ids (text in or out is then an error that says so)
+  const tokenizers = {};
+  let tokenizerError = null;
+  for (const file of [FILES.tokenizer, FILES.source_tokenizer]) {
+    if (!(file in cfg.files)) continue;
+    const data = parseJson(await read(file), `${where}: ${file}`);
+    const risky = regexProblem(data);
+    if (risky) throw new PackageError(`${where}: ${file} cannot be read (${risky})`);
+    let tok;
+    try {
+      tok = new Tokenizer(data, {});
+    } catch (e) {
+      tokenizerError ??= `${file} cannot be read by @huggingface/tokenizers (${String(e.message ?? e).slice(0, 200)})`;
+      continue;
+    }
+    const top = Math.max(tokenIds(data), ...Object.values(tok.get_vocab(true)));
+    if (top >= model.vocab_size) {
+      throw new PackageError(`${where}: ${file} has token id ${top}, beyond the model's vocabulary of ${model.vocab_size}`);
+    }
+    tokenizers[file] = tok;
+  }
+  if (FILES.golden in cfg.files) {
+    const golden = parseJson(await read(FILES.golden), `${where}: ${FILES.golden}`);
+    const probes = golden?.probes ?? [];
+    if (!Array.isArray(probes)) throw new PackageError(`${where}: ${FILES.golden}: probes must be a list`);
+    for (const probe of probes) {
+      const tok = tokenizers[probe?.file];
+      if (!tok || typeof probe.text !== "string" || !Array.isArray(probe.ids)) continue;
       const ids = tok.encode(probe.text, { add_special_tokens: false }).ids;
       if (ids.length !== probe.ids.length || ids.some((x, i) => x !== probe.ids[i])) {
         tokenizerError ??= `${probe.file} does not encode export's probe text as the Python tokenizers library did`;
@@ -332,16 +246,19 @@ export async function loadPackage(source, options = {}) {
   }
 
   // sessions
-  const threads = options.threads;
-  if (backend === "wasm" && threads !== undefined) ort.env.wasm.numThreads = threads;
+  if (backend !== "node" && threads !== undefined) ort.env.wasm.numThreads = threads;
   // idle intra-op threads do not spin unless options.spinning: on this project's busy 2-core host
   // spinning made decoding 1.7-2.2x slower (docs/ship-node.md; the Python runtime spins the
   // decoder's threads by default)
-  const sessionOptions = () => ({
-    executionProviders: [backend === "node" ? "cpu" : "wasm"],
+  const providers = { node: ["cpu"], wasm: ["wasm"], webgpu: ["webgpu", "wasm"] }[backend];
+  // WebGPU: onnxruntime-web 1.30's WebGPU provider has no MultiHeadAttention with a
+  // key_padding_mask (the encoder's self-attention: "not implemented for webgpu" at run, measured
+  // in Chromium), so an encoder-decoder's encoder runs on wasm and its decoder on WebGPU
+  const sessionOptions = (graph) => ({
+    executionProviders: backend === "webgpu" && graph === "encoder" ? ["wasm"] : providers,
     graphOptimizationLevel: "all",
     executionMode: "sequential",
-    logSeverityLevel: 3,
+    logSeverityLevel: options.logSeverityLevel ?? 3, // 0: verbose (which provider runs each node)
     ...(backend === "node" && threads !== undefined ? { intraOpNumThreads: threads } : {}),
     extra: {
       // the graphs keep residual Add + LayerNormalization unfused on purpose (runtime/session.py)
@@ -350,55 +267,69 @@ export async function loadPackage(source, options = {}) {
     },
   });
   const graphs = {};
-  const graphNames = cfg.family === "encoder-decoder" ? ["encoder", "decoder"] : ["decoder"];
   // the variant's weights file (null: ORT-format graphs, `export --format ort`, hold their own)
-  const weights = entry.weights && backend === "wasm" ? await read(entry.weights) : null;
-  if (entry.weights && backend === "node") await check(entry.weights); // opened by path
-  for (const g of graphNames) {
+  const weights = entry.weights && backend !== "node" ? await read(entry.weights) : null;
+  let headSize = null;
+  for (const g of CONTRACT.graph_names[cfg.family]) {
     const file = entry.files[g];
-    const bytes = backend === "wasm" ? await read(file) : null;
-    if (backend === "node") await check(file);
+    const bytes = backend !== "node" || !(file in graphFacts) ? await read(file) : null;
+    if (bytes && !file.endsWith(CONTRACT.ort_suffix)) graphFacts[file] ??= graphFactsOf(bytes, file, cfg, where);
     let session;
     try {
       if (backend === "node") {
-        session = await ort.InferenceSession.create(files.path(file), sessionOptions());
+        session = await ort.InferenceSession.create(files.path(file), sessionOptions(g));
       } else {
         // onnxruntime-web cannot open files: the weights are handed over as externalData
         const externalData = weights ? [{ path: entry.weights, data: weights }] : [];
-        session = await ort.InferenceSession.create(bytes, { ...sessionOptions(), externalData });
+        session = await ort.InferenceSession.create(bytes, { ...sessionOptions(g), externalData });
       }
     } catch (e) {
       throw new PackageError(
-        `${where}: onnxruntime cannot load the ${variant} ${g} graph: ${String(e.message ?? e).split("\n")[0]}`,
+        `${where}: onnxruntime cannot load the ${variant} ${g} graph: ${String(e.message ?? e).split("\n")[0].slice(0, 300)}`,
       );
     }
-    const want = cfg.graphs?.[g];
+    const want = cfg.graphs[g];
     const same = (a, b) => JSON.stringify([...a].sort()) === JSON.stringify([...b].sort());
-    if (want && (!same(session.inputNames, want.inputs) || !same(session.outputNames, want.outputs))) {
-      throw new PackageError(`${where}: the ${g} graph's inputs/outputs do not match config.json`);
+    if (!same(session.inputNames, want.inputs) || !same(session.outputNames, want.outputs)) {
+      throw new PackageError(`${where}: ${g} graph's inputs/outputs do not match the package contract`);
     }
+    const ios = [...(session.inputMetadata ?? []), ...(session.outputMetadata ?? [])];
+    const D = checkGraphSizes(model, g, graphFacts[file]?.metadata ?? null, ios, where);
+    if (g === "decoder") headSize = D;
     graphs[g] = session;
   }
-  // the cache's sizes: the graph's fixed dims (B, G, M, D) of past_key_values.*; D is the graphs'
-  // attention head size, the model's head dim zero-padded to a multiple of 8 since 2026-11-27
-  const past = graphs.decoder.inputMetadata?.find((i) =>
-    /^past_key_values\.0\.(decoder\.)?key$/.test(i.name),
-  );
-  const [, G, , D] = past?.shape ?? [];
-  if (Number.isInteger(G) && G !== model.kv_heads) {
-    throw new PackageError(
-      `${where}: the decoder's cache has ${G} heads, config.json says ${model.kv_heads}`,
-    );
-  }
-  if (Number.isInteger(D)) {
-    if (D < model.head_dim)
-      throw new PackageError(`${where}: the decoder's head size ${D} < the model's ${model.head_dim}`);
-    model.cache_head_size = D;
-  }
-  const cacheMode = cache === "auto" ? (backend === "wasm" ? "refeed" : "inplace") : cache;
+  model.cache_head_size = headSize ?? model.head_dim;
+  const cacheMode = cache === "auto" ? (backend === "node" ? "inplace" : "refeed") : cache;
   return new Model({
-    ort, backend, cfg, model, variant, variantReason, gen, ignored, tokenizers, tokenizerError, graphs, cacheMode, where,
+    ort, backend, cfg, model, variant, variantReason, defaults, ignored, tokenizers, tokenizerError, graphs, cacheMode,
+    where, tokenizerConfig: FILES.tokenizer_config in cfg.files ? parseJson(await read(FILES.tokenizer_config), `${where}: ${FILES.tokenizer_config}`) : null,
   }); // prettier-ignore
+}
+
+/** The largest token id a tokenizer.json declares (its model's vocabulary, added tokens). */
+function tokenIds(data) {
+  let top = -1;
+  const vocab = data?.model?.vocab;
+  if (Array.isArray(vocab)) top = vocab.length - 1; // Unigram: [piece, score] by id
+  else if (vocab && typeof vocab === "object") for (const v of Object.values(vocab)) if (typeof v === "number" && v > top) top = v;
+  for (const t of Array.isArray(data?.added_tokens) ? data.added_tokens : []) if (typeof t?.id === "number" && t.id > top) top = t.id;
+  return top;
+}
+
+/** A graph's external data files (each must be listed) and metadata, from its bytes. */
+function graphFactsOf(bytes, file, cfg, where) {
+  let facts;
+  try {
+    facts = onnxFacts(bytes);
+  } catch (e) {
+    return { locations: new Set(), metadata: null }; // not protobuf: onnxruntime's load says so
+  }
+  for (const data of facts.locations) {
+    if (!(data in cfg.files)) {
+      throw new PackageError(`${where}: ${file} reads the weights file ${JSON.stringify(data)}, which is not in the checksum list`);
+    }
+  }
+  return facts;
 }
 
 export class Model {
@@ -409,17 +340,23 @@ export class Model {
     this.padId = sp.pad_id;
     this.bosId = sp.bos_id;
     this.eosId = sp.eos_id;
-    this.tokenizer = f.tokenizers["tokenizer.json"] ?? null;
-    this.sourceTokenizer = f.tokenizers["source_tokenizer.json"] ?? this.tokenizer;
+    this.tokenizer = f.tokenizers[FILES.tokenizer] ?? null;
+    this.sourceTokenizer = f.tokenizers[FILES.source_tokenizer] ?? this.tokenizer;
     this.maxLen = f.model.max_len;
-    const eos = f.gen.eos_token_id;
-    this.endIds = [...new Set([this.eosId, ...(Array.isArray(eos) ? eos : [])])];
-    this.banned = [this.padId, this.bosId].filter((t) => !this.endIds.includes(t)); // never chosen
+    this.vocabSize = f.model.vocab_size;
+    this.banned = [this.padId, this.bosId]; // never chosen (the Python runtime's banned_ids)
   }
 
   /** The sessions' resources (onnxruntime-web keeps them in the wasm heap). */
   async release() {
     for (const s of Object.values(this.graphs)) await s.release();
+  }
+
+  /** The package's defaults (generation_config.json) under `options` (camelCase or snake_case
+   * GenerationOptions names), validated: a RangeError names the option. */
+  options(options = {}) {
+    const { scores, cache, targetPrefix, onToken, stopTest: _, ...rest } = options;
+    return makeOptions(this.defaults, rest);
   }
 
   // ---- text --------------------------------------------------------------------------------
@@ -440,9 +377,8 @@ export class Model {
   }
 
   checkTokenizer() {
-    const why = this.tokenizerError ?? (this.tokenizer ? null : "the package has no tokenizer.json");
-    if (why)
-      throw new PackageError(`${this.where}: ${why}: pass token ids (translateIds / generateIds, --ids)`);
+    const why = this.tokenizerError ?? (this.tokenizer ? null : `the package has no ${FILES.tokenizer}`);
+    if (why) throw new PackageError(`${this.where}: ${why}: pass token ids (translateIds / generateIds, --ids)`);
   }
 
   /** The text that `ids` add after `prompt` (its leading space included), as the Python runtime. */
@@ -450,145 +386,315 @@ export class Model {
     return this.decode([...prompt, ...ids]).slice(this.decode(prompt).length);
   }
 
-  /** Texts -> [{input, ids, text, ms_per_token}] (a translation, or the continuation of a
-   * prompt), as the Python runtime's text API: a source is its tokens + EOS (an empty source
-   * translates to ""), a prompt its tokens (BOS alone when empty). options: as decodeIds. */
+  /** Options with end_token strings and suppress_sequences texts as ids (Model.resolve). */
+  resolve(o) {
+    const V = this.vocabSize;
+    const suppress = o.suppress_sequences.map((s) => {
+      const ids = typeof s === "string" ? this.encode(s) : s;
+      if (!ids.length || Math.max(...ids) >= V) throw new RangeError(`suppress_sequences: ${JSON.stringify(s)} has no token ids in the vocabulary`);
+      return ids;
+    });
+    const ends = o.end_token.map((t) => {
+      let i = typeof t === "string" ? (this.tokenizer?.token_to_id(t) ?? null) : t;
+      if ((i === null || i === undefined) && typeof t === "string" && /^\d+$/.test(t)) i = Number(t);
+      if (i === null || i === undefined || !(i >= 0 && i < V)) throw new RangeError(`end_token ${JSON.stringify(t)} is not a token of the vocabulary`);
+      return i;
+    });
+    if (o.forced_end_token !== null && o.forced_end_token >= V) {
+      throw new RangeError(`forced_end_token ${o.forced_end_token} is not a token of the vocabulary`);
+    }
+    return { ...o, suppress_sequences: suppress, end_token: ends };
+  }
+
+  /** The ids of a text input: a source is its tokens + EOS (null: an empty source, which
+   * translates to ""), a prompt its tokens with the special tokens its tokenizer adds (BOS alone
+   * when empty). */
+  inputIds(t) {
+    if (typeof t !== "string") throw new RangeError(`texts must be strings (got ${typeof t})`);
+    if (this.family === "encoder-decoder") return t.trim() ? [...this.encode(t, this.sourceTokenizer), this.eosId] : null;
+    const ids = this.encode(t, this.tokenizer, true);
+    return ids.length ? ids : [this.bosId];
+  }
+
+  /** Texts -> [{input, ids, text, ms_per_token, hypotheses}] (a translation, or the continuation
+   * of a prompt), as the Python runtime's text API. options: decodeIds's, and stop (strings
+   * that end an output, cut before them) and targetPrefix (a text or ids per input: forced
+   * first tokens of a translation, e.g. a language token). */
   async run(texts, options = {}) {
     const ed = this.family === "encoder-decoder";
-    const inputs = texts.map((t) => {
-      if (typeof t !== "string") throw new Error(`texts must be strings (got ${typeof t})`);
-      if (ed) return t.trim() ? [...this.encode(t, this.sourceTokenizer), this.eosId] : null;
-      const ids = this.encode(t, this.tokenizer, true);
-      return ids.length ? ids : [this.bosId];
-    });
+    const o = this.options(options);
+    const inputs = texts.map((t) => this.inputIds(t));
+    let prefixes = options.targetPrefix ?? null;
+    if (prefixes !== null) {
+      if (!ed) throw new RangeError("targetPrefix is for translations (an LM's prompt is its prefix)");
+      if (!Array.isArray(prefixes) || prefixes.length !== texts.length) throw new RangeError(`targetPrefix must list one prefix per text`);
+      prefixes = prefixes.map((p) => (p === null || p === undefined ? [] : typeof p === "string" ? this.encode(p) : p));
+    }
     // an empty source translates to "" (as in the Python runtime): only the others are decoded
     const live = inputs.map((ids, i) => (ids ? i : -1)).filter((i) => i >= 0);
+    const stops = o.stop;
+    const bases = live.map((i) => (ed ? [] : inputs[i]));
+    const skip = live.map((i) => (prefixes ? prefixes[i].length : 0));
+    const stop = stops.length ? stopTest((ids) => this.decode(ids), stops, bases, skip) : null;
     const out = await this.decodeIds(
       live.map((i) => inputs[i]),
-      options,
+      { ...options, targetPrefix: prefixes && live.map((i) => prefixes[i]), stopTest: stop },
     );
-    const lines = texts.map((input) => ({ input, ids: [], text: "", ms_per_token: out.msPerToken }));
+    const lines = texts.map((input) => ({ input, ids: [], text: "", ms_per_token: out.msPerToken, hypotheses: [] }));
+    const textOf = (j, ids) => {
+      const i = live[j];
+      const full = ed ? this.decode(ids) : this.continuation(inputs[i], ids);
+      const start = ed && skip[j] ? this.decode(ids.slice(0, skip[j])).length : 0;
+      return cutAtStop(full, stops, start);
+    };
     live.forEach((i, j) => {
-      const ids = out.ids[j];
-      lines[i].ids = ids;
-      lines[i].text = ed ? this.decode(ids) : this.continuation(inputs[i], ids);
+      const hyps = out.hypotheses[j];
+      lines[i].hypotheses = hyps.map((h) => ({ text: textOf(j, h.tokens), ids: h.tokens, score: h.score, log_probs: h.logProbs ?? [] }));
+      lines[i].ids = hyps[0]?.tokens ?? [];
+      lines[i].text = lines[i].hypotheses[0]?.text ?? "";
       if (out.logProbs) lines[i].log_probs = out.logProbs[j];
     });
     return lines;
+  }
+
+  /** A text's output as pieces while it is decoded (greedy or sampling; beam search knows its
+   * output only at the end: one piece). The pieces concatenate to run()'s text. */
+  async *stream(text, options = {}) {
+    const o = this.options(options);
+    if (o.num_beams > 1) {
+      yield (await this.run([text], options))[0].text;
+      return;
+    }
+    const ed = this.family === "encoder-decoder";
+    const input = this.inputIds(text);
+    if (input === null) return;
+    const stops = o.stop;
+    const base = ed ? [] : input;
+    const stop = stops.length ? stopTest((ids) => this.decode(ids), stops, [base], [0]) : null;
+    const queue = [];
+    let wake = null;
+    let finished = false;
+    let failure = null;
+    const ids = [];
+    let shown = 0;
+    let pending = "";
+    let stopped = false;
+    const emit = (final) => {
+      const all = ed ? this.decode(ids) : this.continuation(input, ids);
+      // a character split over tokens decodes as U+FFFD until it completes: held back
+      const upto = final ? all.length : all.endsWith("\uFFFD") ? all.replace(/\uFFFD+$/, "").length : all.length;
+      pending += all.slice(shown, Math.max(shown, upto));
+      shown = Math.max(shown, upto);
+      const cut = cutAtStop(pending, stops);
+      if (cut.length < pending.length) {
+        queue.push(cut);
+        pending = "";
+        stopped = true;
+        return;
+      }
+      let hold = 0;
+      if (!final) for (const s of stops) for (let k = 1; k <= Math.min(s.length, pending.length); k++) if (pending.endsWith(s.slice(0, k))) hold = Math.max(hold, k);
+      if (pending.length - hold > 0) queue.push(pending.slice(0, pending.length - hold));
+      pending = pending.slice(pending.length - hold);
+    };
+    const onToken = (rows, tokens) => {
+      if (stopped || !tokens.length) return;
+      ids.push(tokens[0]);
+      emit(false);
+      wake?.();
+    };
+    const done = this.decodeIds([input], { ...options, onToken, stopTest: stop }).then(
+      () => {
+        if (!stopped) emit(true);
+        finished = true;
+        wake?.();
+      },
+      (e) => {
+        failure = e;
+        finished = true;
+        wake?.();
+      },
+    );
+    for (;;) {
+      while (queue.length) {
+        const piece = queue.shift();
+        if (piece) yield piece;
+      }
+      if (finished) break;
+      await new Promise((r) => (wake = r));
+      wake = null;
+    }
+    await done;
+    while (queue.length) {
+      const piece = queue.shift();
+      if (piece) yield piece;
+    }
+    if (failure) throw failure;
+  }
+
+  /** A conversation -> the prompt text the model was tuned on: tokenizer_config.json's chat
+   * template rendered as transformers' apply_chat_template(add_generation_prompt=True). */
+  async chatPrompt(messages, { addGenerationPrompt = true } = {}) {
+    const tc = this.tokenizerConfig;
+    const source = tc?.chat_template;
+    if (typeof source !== "string") throw new PackageError(`${this.where}: the package has no chat template (${FILES.tokenizer_config})`);
+    if (!Array.isArray(messages) || !messages.length || messages.some((m) => typeof m?.role !== "string")) {
+      throw new RangeError("messages must be a non-empty list of {role, content} objects");
+    }
+    if (source.length > MAX_TEMPLATE_CHARS) throw new PackageError(`${this.where}: the chat template is longer than ${MAX_TEMPLATE_CHARS} characters`);
+    const special = {};
+    for (const k of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"]) {
+      const v = tc[k];
+      if (v !== undefined && v !== null) special[k] = typeof v === "string" ? v : (v.content ?? "");
+    }
+    let text;
+    try {
+      text = await renderTemplate(source, {
+        messages: messages.map((m) => Object.fromEntries(Object.entries(m).filter(([, v]) => v !== null && v !== undefined))),
+        add_generation_prompt: addGenerationPrompt,
+        ...special,
+      });
+    } catch (e) {
+      throw new PackageError(`${this.where}: the chat template fails: ${String(e.message ?? e).slice(0, 200)}`);
+    }
+    if (text.length > MAX_PROMPT_CHARS) throw new PackageError(`${this.where}: the chat template's output is longer than ${MAX_PROMPT_CHARS} characters`);
+    return text;
+  }
+
+  /** The assistant's reply to a conversation (the rendered prompt encoded without adding
+   * special tokens: the template writes them), as Generator.chat. */
+  async chat(messages, options = {}) {
+    if (this.family !== "decoder-only") throw new RangeError(`${this.where} is encoder-decoder: chat is for language models`);
+    const prompt = await this.chatPrompt(messages);
+    const ids = this.encode(prompt);
+    const o = this.options(options);
+    const stop = o.stop.length ? stopTest((x) => this.decode(x), o.stop, [ids], [0]) : null;
+    const out = await this.decodeIds([ids.length ? ids : [this.bosId]], { ...options, stopTest: stop });
+    return cutAtStop(this.continuation(ids, out.ids[0]), o.stop);
   }
 
   // ---- ids ---------------------------------------------------------------------------------
 
   /** Source id lists (each ending in EOS) -> output id lists (no BOS / EOS). */
   async translateIds(sources, options = {}) {
-    if (this.family !== "encoder-decoder") throw new Error(`${this.where} is decoder-only: use generateIds`);
+    if (this.family !== "encoder-decoder") throw new RangeError(`${this.where} is decoder-only: use generateIds`);
     return (await this.decodeIds(sources, options)).ids;
   }
 
   /** Prompt id lists -> continuation id lists (no EOS). */
   async generateIds(prompts, options = {}) {
-    if (this.family !== "decoder-only") throw new Error(`${this.where} is encoder-decoder: use translateIds`);
+    if (this.family !== "decoder-only") throw new RangeError(`${this.where} is encoder-decoder: use translateIds`);
     return (await this.decodeIds(prompts, options)).ids;
   }
 
   /**
-   * Greedy decoding of a batch, as edgeformer.runtime with num_beams=1: {ids, msPerToken, steps}.
-   * options: maxNewTokens (default: generation_config.json's, else all the model's positions allow),
-   * minNewTokens, ignoreEos (benchmarks: always maxNewTokens), cache ("inplace" | "refeed"),
-   * scores (also return logProbs: each chosen token's log-probability, as the Python runtime's).
+   * Decode a batch of id lists as edgeformer.runtime's *_ids_nbest: {ids (the best hypothesis
+   * per input), hypotheses ([{tokens, score, logProbs}] per input, best first), logProbs (with
+   * scores), msPerToken, steps}. options: GenerationOptions (camelCase or snake_case: maxNewTokens,
+   * minNewTokens, numBeams, lengthPenalty, earlyStopping, numHypotheses, sampling, temperature,
+   * topK, topP, seed, repetitionPenalty, noRepeatNgramSize, suppressSequences, endToken,
+   * forcedEndToken, ignoreEos, ...) over the package's defaults; and scores (log-probabilities
+   * of greedy / sampled tokens), cache ("inplace" | "refeed"), targetPrefix (ids per input:
+   * forced first tokens of a translation, included in the output), onToken(rows, tokens)
+   * (streaming: called with each step's new tokens, greedy and sampling), stopTest(row, tokens).
    */
   async decodeIds(inputs, options = {}) {
-    if (!inputs.length) return { ids: [], msPerToken: 0, steps: 0 };
+    if (!Array.isArray(inputs)) throw new RangeError("inputs must be a list of token id lists");
+    let o = this.resolve(this.options(options));
+    if (!inputs.length) return { ids: [], hypotheses: [], msPerToken: 0, steps: 0 };
+    const V = this.vocabSize;
     for (const s of inputs) {
-      if (!s.length || s.length > this.maxLen) {
-        throw new Error(`an input of ${s.length} tokens: must be 1 .. the model's max_len ${this.maxLen}`);
+      if (!Array.isArray(s) || !s.length || s.length > this.maxLen) {
+        throw new RangeError(`an input of ${s?.length} tokens: must be 1 .. the model's max_len ${this.maxLen}`);
       }
-      if (s.some((t) => !Number.isInteger(t) || t < 0 || t >= this.model.vocab_size)) {
-        throw new Error(`token ids must be integers in [0, ${this.model.vocab_size})`);
-      }
+      if (o.max_input_length && s.length > o.max_input_length) throw new RangeError(`an input of ${s.length} tokens: more than max_input_length ${o.max_input_length}`);
+      if (s.some((t) => !Number.isInteger(t) || t < 0 || t >= V)) throw new RangeError(`token ids must be integers in [0, ${V})`);
     }
     const ed = this.family === "encoder-decoder";
+    const prefixes = options.targetPrefix ?? null;
+    if (prefixes !== null) {
+      if (!ed) throw new RangeError("targetPrefix is for translations");
+      if (prefixes.length !== inputs.length) throw new RangeError(`${prefixes.length} target prefixes for ${inputs.length} sources`);
+      for (const p of prefixes) if (!Array.isArray(p) || p.some((t) => !Number.isInteger(t) || t < 0 || t >= V)) throw new RangeError(`target prefix ids must be integers in [0, ${V})`);
+    }
+    const longest = Math.max(0, ...(prefixes ?? []).map((p) => p.length));
+    if (longest >= this.maxLen) throw new RangeError(`a target prefix of ${longest} tokens leaves no room: the model's max_len is ${this.maxLen} target positions`);
     const { ids, mask, T } = pad(inputs, this.padId);
     // the positions left: an encoder-decoder's target starts at BOS (position 0), an LM's
     // continuation at its prompt's end (core/decoding.fit_new_tokens)
-    const room = ed ? this.maxLen : this.maxLen - T + 1;
-    let maxNew =
-      options.maxNewTokens ??
-      this.gen.max_new_tokens ??
-      (ed && this.gen.max_length ? this.gen.max_length - 1 : room);
-    maxNew = Math.min(maxNew, room);
-    const minNew = Math.min(options.minNewTokens ?? this.gen.min_new_tokens ?? 0, maxNew);
+    const room = ed ? this.maxLen - longest : this.maxLen - T + 1;
+    [o] = fitNewTokens(o, room);
     const mode = options.cache ?? this.cacheMode;
     const t0 = performance.now();
-    const stepper = new Stepper(
-      this,
-      inputs.length,
-      ed ? Math.min(this.maxLen, maxNew + 1) : Math.min(this.maxLen, T + maxNew),
-      mode,
-    );
-    let logits;
-    if (ed) {
-      logits = await stepper.startEncoderDecoder(ids, mask);
-    } else {
-      logits = await stepper.prefill(ids, mask);
-    }
-    const B = inputs.length;
-    const V = this.model.vocab_size;
-    const scores = options.scores ? inputs.map(() => []) : null;
-    const ban = new Set(this.banned);
-    const banEnds = new Set([...this.banned, ...this.endIds]);
-    const out = inputs.map(() => []);
-    const done = new Array(B).fill(false);
-    let steps = 0;
-    for (let t = 0; t < maxNew; t++) {
-      const tokens = new Array(B).fill(this.padId);
-      for (let b = 0; b < B; b++) {
-        if (done[b]) continue;
-        const row = logits.subarray(b * V, (b + 1) * V);
-        const tok = argmax(row, options.ignoreEos || t < minNew ? banEnds : ban);
-        if (tok < 0 || !Number.isFinite(row[tok]))
-          throw new Error(`no finite logit to choose at step ${t} (row ${b})`);
-        if (scores) scores[b].push(logSoftmaxAt(row, tok, options.ignoreEos || t < minNew ? banEnds : ban));
-        if (this.endIds.includes(tok)) done[b] = true;
-        else out[b].push(tok);
-        tokens[b] = tok;
-      }
-      if (t + 1 === maxNew || done.every(Boolean)) break;
-      logits = await stepper.step(tokens); // finished rows go on (their tokens are not kept)
-      steps++;
-    }
+    const capacity = ed ? Math.min(this.maxLen, o.max_new_tokens + longest + 1) : Math.min(this.maxLen, T + o.max_new_tokens);
+    const stepper = new Stepper(this, inputs.length, capacity, mode);
+    const first = ed ? await stepper.startEncoderDecoder(ids, mask) : await stepper.prefill(ids, mask);
+    const decodeInputs = {
+      eosId: this.eosId,
+      context: ed ? null : inputs,
+      banned: this.banned,
+      prefixes: prefixes && prefixes.map((p) => [...p]),
+      stop: options.stopTest ?? null,
+    };
+    const hyps = await decode(first, V, stepper, o, decodeInputs, !!options.scores || o.num_beams > 1, options.onToken ?? null);
     const ms = performance.now() - t0;
-    const produced = Math.max(1, ...out.map((o) => o.length));
-    const result = { ids: out, msPerToken: ms / produced, steps };
-    if (scores) result.logProbs = scores; // per chosen token, the end token's included
+    const best = hyps.map((h) => h[0]?.tokens ?? []);
+    const produced = Math.max(1, ...best.map((x) => x.length));
+    const result = { ids: best, hypotheses: hyps, msPerToken: ms / produced, steps: stepper.calls - 1 };
+    if (options.scores) result.logProbs = hyps.map((h) => h[0]?.logProbs ?? []); // the end token's included
     return result;
   }
 }
 
-/** The first largest entry (ties: the lower id, as numpy's argmax; a NaN: the first NaN),
- * ids in `excluded` (a Set) skipped. */
-function argmax(row, excluded) {
-  let best = -1;
-  let value = -Infinity;
-  for (let i = 0; i < row.length; i++) {
-    if (excluded.has(i)) continue;
-    const x = row[i];
-    if (Number.isNaN(x)) return i;
-    if (best < 0 || x > value) {
-      best = i;
-      value = x;
-    }
-  }
-  return best;
+const MAX_PROMPT_CHARS = 1 << 21; // runtime/chat.py: above any context a package holds
+const MAX_TEMPLATE_CHARS = 1 << 20;
+const MAX_RANGE = 100_000; // jinja2's sandbox: range() of more items is an error
+
+/** A chat template rendered by @huggingface/jinja (an interpreter: no JavaScript runs) with
+ * transformers' globals; range() bounded as in jinja2's sandbox (the library's own builds any
+ * array: range(10 ** 8) exhausted the heap). */
+async function renderTemplate(source, variables) {
+  const { Environment, Interpreter, Template } = await import("@huggingface/jinja");
+  const template = new Template(source);
+  const env = new Environment();
+  const range = (start, stop, step = 1) => {
+    if (stop === undefined) [start, stop] = [0, start];
+    if (step === 0) throw new RangeError("range() step must not be zero");
+    const n = Math.max(0, Math.ceil((stop - start) / step));
+    if (n > MAX_RANGE) throw new RangeError(`range() of ${n} items (at most ${MAX_RANGE})`);
+    return Array.from({ length: n }, (_, i) => start + i * step);
+  };
+  const pad2 = (n) => String(n).padStart(2, "0");
+  const strftimeNow = (format) => {
+    const d = new Date();
+    const month = (style) => new Intl.DateTimeFormat("en", { month: style }).format(d);
+    const parts = { Y: d.getFullYear(), m: pad2(d.getMonth() + 1), d: pad2(d.getDate()), H: pad2(d.getHours()),
+                    M: pad2(d.getMinutes()), b: month("short"), B: month("long"), "%": "%" }; // prettier-ignore
+    return String(format).replace(/%([YmdbBHM%])/g, (_, k) => String(parts[k]));
+  };
+  const globals = { false: false, true: true, none: null, False: false, True: true, None: null, range,
+                    strftime_now: strftimeNow, raise_exception: (m) => { throw new Error(m); } }; // prettier-ignore
+  for (const [k, v] of Object.entries({ ...globals, ...variables })) env.set(k, v);
+  return new Interpreter(env).run(template.parsed).value;
 }
 
-/** log softmax(row)[tok] in float64 over the ids not `excluded` (the Python runtime's scores). */
-function logSoftmaxAt(row, tok, excluded) {
-  let max = -Infinity;
-  for (let i = 0; i < row.length; i++) if (!excluded.has(i) && row[i] > max) max = row[i];
-  let sum = 0;
-  for (let i = 0; i < row.length; i++) if (!excluded.has(i)) sum += Math.exp(row[i] - max);
-  return row[tok] - max - Math.log(sum);
+/** `text` up to the first stop string found at or after `start` (whole text if none). */
+export function cutAtStop(text, stops, start = 0) {
+  const found = stops.map((s) => text.indexOf(s, start)).filter((i) => i >= 0);
+  return found.length ? text.slice(0, Math.min(...found)) : text;
+}
+
+/** stop(row, tokens): the text tokens[skip[row]:] add after bases[row] + the skipped tokens
+ * contains a stop string (runtime/text.py stop_test). */
+function stopTest(decodeIds, stops, bases, skip) {
+  const shown = new Map();
+  return (row, tokens) => {
+    const base = [...bases[row], ...tokens.slice(0, skip[row])];
+    const key = `${row}:${Math.min(skip[row], tokens.length)}`;
+    if (!shown.has(key)) shown.set(key, decodeIds(base).length);
+    const text = decodeIds([...base, ...tokens.slice(skip[row])]).slice(shown.get(key));
+    return stops.some((s) => text.includes(s));
+  };
 }
 
 /** One request's decoder state: the caches (per the contract) and the lengths of its rows. */
@@ -598,8 +704,9 @@ class Stepper {
     this.ort = ort;
     this.session = graphs.decoder;
     this.encoder = graphs.encoder;
-    if (mode === "inplace" && model.backend === "wasm") throw new Error(INPLACE_ON_WEB);
-    if (!["inplace", "refeed"].includes(mode)) throw new Error(`cache ${mode}: expected inplace or refeed`);
+    if (mode === "inplace" && model.backend !== "node") throw new RangeError(INPLACE_ON_WEB);
+    if (!["inplace", "refeed"].includes(mode)) throw new RangeError(`cache ${mode}: expected inplace or refeed`);
+    this.calls = 0;
     this.mode = mode;
     this.bosId = model.bosId;
     this.lengths = new Array(batch).fill(0);
@@ -691,7 +798,32 @@ class Stepper {
     const out = await this.session.run(feeds, this.fetches);
     if (this.mode === "refeed") for (const n of this.names) this.cache[n] = out[present(n)];
     this.lengths = newLengths;
-    return out.logits.data;
+    this.calls++;
+    const logits = out.logits.data;
+    return logits instanceof Float32Array ? logits : Float32Array.from(logits);
+  }
+
+  /** Keep / reorder / repeat rows of the state: row i of the new state is rows[i] (beams,
+   * samples, finished rows dropped). */
+  select(rows) {
+    const { ort } = this;
+    const take = (tensor) => {
+      const [, ...rest] = tensor.dims;
+      const per = rest.reduce((a, b) => a * b, 1);
+      const data = tensor.data;
+      const out = new data.constructor(rows.length * per);
+      rows.forEach((r, i) => out.set(data.subarray(r * per, (r + 1) * per), i * per));
+      return new ort.Tensor(tensor.type, out, [rows.length, ...rest]);
+    };
+    for (const n of this.names) this.cache[n] = take(this.cache[n]);
+    for (const [k, v] of Object.entries(this.static)) if (v.dims.length) this.static[k] = take(v);
+    this.lengths = rows.map((r) => this.lengths[r]);
+    if (this.mode === "inplace") {
+      for (const n of this.names) this.fetches[present(n)] = this.cache[n];
+      for (const name of Object.keys(this.fetches)) {
+        if (name.includes(".encoder.")) this.fetches[name] = this.static[name.replace("present", "past_key_values")];
+      }
+    }
   }
 }
 

@@ -1,0 +1,141 @@
+"""A translator's source frame and languages: config.json's task keys, read and checked once.
+
+A converted translator records what its tokenizer puts around a source text and which language
+codes it knows (models/hf/seq2seq.py writes them); the runtime builds every source from it:
+
+    task.source_prefix + text ids + task.source_suffix     (default: text ids + [EOS])
+
+and a language token inside that frame (NLLB's `eng_Latn $A </s>`, mBART's `$A </s> en_XX`) is
+the one `source_lang` replaces. The target language is the token forced after the decoder start
+(transformers' forced_bos_token_id), unless `target_lang_position` is "start": the decoder starts
+from it (mBART's fine-tuned models), and it cannot change.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .schema import PackageError
+
+AFTER_START, START = "after_start", "start"
+
+
+def _ids(where: str, key: str, value: object, vocab: int) -> list[int]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab for i in value
+    ):
+        raise PackageError(f"{where}: task.{key} must be a list of token ids < {vocab}")
+    if len(value) > 16:
+        raise PackageError(f"{where}: task.{key} lists {len(value)} ids (at most 16)")
+    return list(value)
+
+
+@dataclass(frozen=True)
+class TranslationTask:
+    """The source frame and language codes of a translator package."""
+
+    prefix: list[int] = field(default_factory=list)  # before a source's ids
+    suffix: list[int] = field(default_factory=list)  # after them (default: [EOS])
+    languages: dict[str, int] = field(default_factory=dict)  # code -> token id
+    source_lang: str | None = None  # the frame's own language token's code
+    target_position: str = AFTER_START
+
+    @classmethod
+    def from_task(cls, task: Mapping, eos: int, vocab: int, where: str) -> TranslationTask:
+        """config.json's task -> a TranslationTask; every problem a PackageError naming the
+        key."""
+        prefix = _ids(where, "source_prefix", task.get("source_prefix"), vocab)
+        suffix = _ids(where, "source_suffix", task.get("source_suffix"), vocab)
+        if "source_prefix" not in task and "source_suffix" not in task:
+            suffix = [eos]
+        langs = task.get("languages", {})
+        if not isinstance(langs, dict) or not all(
+            isinstance(c, str) and 0 < len(c) <= 64 and isinstance(i, int)
+            and not isinstance(i, bool) and 0 <= i < vocab
+            for c, i in langs.items()
+        ):  # fmt: skip
+            raise PackageError(
+                f"{where}: task.languages must map language codes (strings) to token ids < {vocab}"
+            )
+        source = task.get("source_lang")
+        if source is not None and source not in langs:
+            raise PackageError(f"{where}: task.source_lang {source!r} is not in task.languages")
+        position = task.get("target_lang_position", AFTER_START)
+        if position not in (AFTER_START, START):
+            raise PackageError(
+                f"{where}: task.target_lang_position must be {AFTER_START!r} or {START!r}"
+            )
+        return cls(prefix, suffix, dict(langs), source, position)
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.languages)
+
+    def code(self, lang: str, what: str) -> int:
+        """The token id of a language code; ValueError listing close matches."""
+        if not isinstance(lang, str):
+            raise ValueError(f"{what} must be a language code (a string), got {lang!r}")
+        if lang in self.languages:
+            return self.languages[lang]
+        if not self.languages:
+            raise ValueError(f"{what}={lang!r}: this model has no language codes")
+        near = difflib.get_close_matches(lang, list(self.languages), n=5, cutoff=0.5)
+        near += [c for c in self.languages if c.lower().startswith(lang.lower()[:3])][:5]
+        hint = ", ".join(dict.fromkeys(near)) or ", ".join(list(self.languages)[:8]) + ", ..."
+        raise ValueError(
+            f"{what}={lang!r} is not one of this model's {len(self.languages)} language codes "
+            f"(close: {hint})"
+        )
+
+    def frame(self, source_lang: str | None) -> tuple[list[int], list[int]]:
+        """(prefix, suffix) of a source in `source_lang` (None: the frame's own)."""
+        if source_lang is None:
+            return self.prefix, self.suffix
+        new = self.code(source_lang, "source_lang")
+        if self.source_lang is None:
+            raise ValueError(
+                "source_lang: this model's sources carry no language token (give only target_lang)"
+            )
+        old = self.languages[self.source_lang]
+        return [new if i == old else i for i in self.prefix], [
+            new if i == old else i for i in self.suffix
+        ]
+
+    def target_prefix(self, target_lang: str | None, forced: int | None, start: int) -> list[int]:
+        """The tokens forced first (after the decoder start): the target language's, else the
+        generation config's forced_bos_token_id; ValueError where a multilingual model is given
+        no target language, or one its decoder start fixes otherwise."""
+        if target_lang is not None:
+            token = self.code(target_lang, "target_lang")
+            if self.target_position == START:
+                if token != start:
+                    fixed = next(c for c, i in self.languages.items() if i == start)
+                    raise ValueError(
+                        f"target_lang={target_lang!r}: this model's decoder always starts in "
+                        f"{fixed!r} (its decoder_start_token_id)"
+                    )
+                return []
+            return [token]
+        if forced is not None:
+            return [forced]
+        if self.multilingual and self.target_position == AFTER_START:
+            sample = ", ".join(list(self.languages)[:4])
+            raise ValueError(
+                f"this model translates into {len(self.languages)} languages: give target_lang "
+                f"(--target-lang), e.g. one of {sample}, ..."
+            )
+        return []
+
+
+def per_text(value: str | Sequence[str | None] | None, n: int, what: str) -> list[str | None]:
+    """A language argument for n texts: one code for all, or one (or None) per text."""
+    if value is None or isinstance(value, str):
+        return [value] * n
+    items = list(value)
+    if len(items) != n:
+        raise ValueError(f"{what}: {len(items)} codes for {n} texts")
+    return items

@@ -1,0 +1,303 @@
+r"""Bounds on the regular expressions a tokenizer.json carries (one rule for every runtime).
+
+A tokenizer.json may hold regular expressions (`{"Regex": "..."}`: Split pre-tokenizers, Replace
+normalizers and decoders). The `tokenizers` library runs them with Oniguruma, which gives up
+on a catastrophic pattern only after millions of backtracking steps, with a Rust panic (pyo3's
+PanicException, a BaseException); a JavaScript RegExp never gives up (the event loop hangs). The
+probe text of a package does not trigger such a pattern; the first matching input would. So a
+pattern is refused when the file is read, by a structural bound that every real tokenizer's
+patterns meet (GPT-2, cl100k / o200k, Llama 3, Qwen, Mistral tekken, DeepSeek, BLOOM, T5, ...).
+
+The rule (docs/package-format.md; the JavaScript runtime applies the same one):
+
+1. a pattern is a string of at most MAX_PATTERN_CHARS characters;
+2. no backreference (`\1`..`\9`, `\k<..>`), subroutine call (`\g<..>`), conditional
+   `(?(..)..)` or absent operator `(?~..)`: they make matching exponential or recursive;
+3. every counted repetition `{n}`, `{n,}`, `{n,m}`, `{,m}` has n, m <= MAX_REPEAT_COUNT;
+4. a repeated group (a group, or a quantified atom, under a quantifier that allows more than
+   one repetition: `*`, `+`, `{n,}`, `{n,m}` with m >= 2) holds no repetition and no
+   alternation inside: no `(a+)+`, `(a*)*`, `(a|aa)+`, `a{2}{3}`;
+5. repetitions in a row: the degree of a repeated item is 1, of a sequence the sum of its
+   items', of an alternation the largest of its branches' (a group: its body's). A top-level
+   branch has degree <= 2 and, once it reached 2, only optional items (`?`, `{0,1}`) follow;
+   a group's body has degree <= 1. So `\s*[\r\n]+` and `[^\s\p{L}]+[\r\n]*` (cl100k) pass,
+   `x*x*$`, `x*x*x*` and `(?:x*x*)y` do not: a repetition whose continuation can fail after
+   another repetition costs the square of the input's length per position tried;
+6. groups nest at most MAX_NESTING deep; a pattern this module cannot read (an unclosed
+   group or class) is refused as well, never passed on.
+
+What the bound leaves: an accepted pattern may still cost the square of the input's length
+(one repetition and then an item that fails after it: `x*(?!x)\d` on "xxx...x" took 1.2 s for
+10,000 characters, 129 s for 100,000, tokenizers 0.23 on the shared 2-core machine); real
+tokenizers' patterns take ~1 ms for 20,000 hostile characters (tests/test_patterns.py).
+
+`pattern_problem(pattern)` says why one pattern is refused (None: accepted);
+`tokenizer_pattern_problem(data)` walks a parsed tokenizer.json for every `Regex` entry and
+names the first refused one by its JSON path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_PATTERN_CHARS = 4096
+MAX_REPEAT_COUNT = 100
+MAX_DEGREE = 2  # in a top-level branch; 1 in a group's body
+MAX_NESTING = 32
+
+
+class PatternRefused(ValueError):
+    """A pattern outside the bounds (the message says which rule)."""
+
+
+@dataclass
+class _Node:
+    """What the rule needs of a parsed piece: a repetition or alternation inside, its degree."""
+
+    repeats: bool = False  # holds a quantifier allowing more than one repetition
+    alternates: bool = False  # holds an alternation `|`
+    degree: int = 0
+
+
+def _quantifier(p: str, i: int) -> tuple[int, int | None, int] | None:
+    """(min, max or None for unbounded, index after it) of a quantifier at p[i], or None."""
+    c = p[i] if i < len(p) else ""
+    if c and c in "*+?":
+        lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+        end = i + 1
+    elif c == "{":
+        close = p.find("}", i)
+        body = p[i + 1 : close] if close > 0 else ""
+        parts = body.split(",")
+        if close < 0 or len(parts) > 2 or not all(x.isdigit() or x == "" for x in parts):
+            return None  # a literal "{" (Oniguruma and JavaScript read it so)
+        if parts == [""] or parts == ["", ""]:
+            return None
+        lo = int(parts[0]) if parts[0] else 0
+        hi = lo if len(parts) == 1 else (int(parts[1]) if parts[1] else None)
+        for n in (lo, hi):
+            if n is not None and n > MAX_REPEAT_COUNT:
+                raise PatternRefused(
+                    f"repetition count {n} in {p[i : close + 1]!r} is over {MAX_REPEAT_COUNT}"
+                )
+        end = close + 1
+    else:
+        return None
+    if end < len(p) and p[end] in "?+":  # lazy or possessive
+        end += 1
+    return lo, hi, end
+
+
+def _class_end(p: str, i: int) -> int:
+    """The index after the character class opening at p[i] == "[" (classes may nest)."""
+    j, depth = i + 1, 1
+    if j < len(p) and p[j] == "^":
+        j += 1
+    if j < len(p) and p[j] == "]":  # a leading "]" is a literal
+        j += 1
+    while j < len(p):
+        c = p[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise PatternRefused(f"the character class at offset {i} is not closed")
+
+
+REFUSED_ESCAPES = {
+    "k": "a named backreference (\\k)",
+    "g": "a subroutine call (\\g)",
+}
+
+
+def _escape_end(p: str, i: int) -> int:
+    """The index after the escape at p[i] == "\\"; backreferences are refused."""
+    if i + 1 >= len(p):
+        raise PatternRefused("the pattern ends with a lone backslash")
+    c = p[i + 1]
+    if c in "123456789":
+        raise PatternRefused(f"backreference \\{c} at offset {i} (matching becomes exponential)")
+    if c in REFUSED_ESCAPES:
+        raise PatternRefused(f"{REFUSED_ESCAPES[c]} at offset {i}")
+    if c in "pPx" and i + 2 < len(p) and p[i + 2] == "{":  # \p{L}, \x{263a}
+        close = p.find("}", i + 2)
+        if close < 0:
+            raise PatternRefused(f"the escape at offset {i} is not closed")
+        return close + 1
+    return i + 2
+
+
+def _group_start(p: str, i: int) -> tuple[int, bool]:
+    """(index where the group's body starts, whether it is a group at all) for p[i] == "(":
+    an inline option `(?i)` or a comment `(?#...)` is no group (nothing to repeat)."""
+    if not p.startswith("(?", i):
+        return i + 1, True
+    rest = p[i + 2 :]
+    if rest.startswith("#"):
+        close = p.find(")", i)
+        if close < 0:
+            raise PatternRefused(f"the comment at offset {i} is not closed")
+        return close + 1, False
+    if rest.startswith("("):
+        raise PatternRefused(f"a conditional group (?(...) at offset {i}")
+    if rest.startswith("~"):
+        raise PatternRefused(f"an absent operator (?~...) at offset {i}")
+    if rest.startswith("P=") or rest.startswith("P>") or rest.startswith("R") or rest[:1].isdigit():
+        raise PatternRefused(f"a backreference or recursion at offset {i}")
+    for opener in (":", "=", "!", "<=", "<!", ">"):
+        if rest.startswith(opener):
+            return i + 2 + len(opener), True
+    for opener, closer in (("<", ">"), ("P<", ">"), ("'", "'")):  # named groups
+        if rest.startswith(opener):
+            close = p.find(closer, i + 2 + len(opener))
+            if close < 0:
+                raise PatternRefused(f"the group name at offset {i} is not closed")
+            return close + 1, True
+    j = i + 2  # option letters: (?imx-imx) or (?imx-imx:...)
+    while j < len(p) and (p[j].isalpha() or p[j] == "-"):
+        j += 1
+    if j < len(p) and p[j] == ":":
+        return j + 1, True
+    if j < len(p) and p[j] == ")":
+        return j + 1, False
+    raise PatternRefused(f"the group at offset {i} is not one edgeformer reads")
+
+
+class _Parser:
+    def __init__(self, pattern: str):
+        self.p, self.i = pattern, 0
+
+    def alternation(self, depth: int) -> _Node:
+        """Branches up to a ")" or the end."""
+        if depth > MAX_NESTING:
+            raise PatternRefused(f"groups nest more than {MAX_NESTING} deep")
+        branches = [self.sequence(depth)]
+        while self.i < len(self.p) and self.p[self.i] == "|":
+            self.i += 1
+            branches.append(self.sequence(depth))
+        return _Node(
+            repeats=any(b.repeats for b in branches),
+            alternates=len(branches) > 1 or any(b.alternates for b in branches),
+            degree=max(b.degree for b in branches),
+        )
+
+    def sequence(self, depth: int) -> _Node:
+        node = _Node()
+        p, most = self.p, MAX_DEGREE if depth == 0 else 1
+        while self.i < len(p) and p[self.i] not in "|)":
+            start = self.i
+            found = self.atom(depth)
+            if found is None:
+                continue
+            item, optional = found
+            if node.degree >= MAX_DEGREE and not optional:
+                raise PatternRefused(
+                    f"{p[start : self.i]!r} at offset {start} must match after {node.degree} "
+                    "repetitions in a row (backtracking grows as a power of the input's length)"
+                )
+            node.repeats |= item.repeats
+            node.alternates |= item.alternates
+            node.degree += item.degree
+            if node.degree > most:
+                where = (
+                    "two repetitions in a row in a top-level branch"
+                    if depth == 0
+                    else ("one repetition in a row in a group")
+                )
+                raise PatternRefused(
+                    f"more than {where} (at offset {start}): "
+                    "backtracking grows as a power of the input's length"
+                )
+        return node
+
+    def atom(self, depth: int) -> tuple[_Node, bool] | None:
+        """One atom and its quantifiers, and whether it may match nothing (its last quantifier
+        allows 0); None for what is no atom (an inline option, a comment)."""
+        p, i = self.p, self.i
+        c = p[i]
+        if c == "(":
+            body, is_group = _group_start(p, i)
+            self.i = body
+            if not is_group:
+                return None
+            inner = self.alternation(depth + 1)
+            if self.i >= len(p) or p[self.i] != ")":
+                raise PatternRefused(f"the group at offset {i} is not closed")
+            self.i += 1
+        elif c == "[":
+            self.i, inner = _class_end(p, i), _Node()
+        elif c == "\\":
+            self.i, inner = _escape_end(p, i), _Node()
+        else:
+            if c in "*+?" or (c == "{" and _quantifier(p, i) is not None):
+                raise PatternRefused(f"a quantifier with nothing to repeat at offset {i}")
+            self.i, inner = i + 1, _Node()
+        optional = False
+        while (q := _quantifier(p, self.i)) is not None:
+            lo, hi, end = q
+            optional = lo == 0
+            if hi is None or hi > 1:
+                if inner.repeats or inner.alternates:
+                    what = "a repetition" if inner.repeats else "an alternation"
+                    raise PatternRefused(
+                        f"{p[i:end]!r} at offset {i} repeats {what} (nested repetition "
+                        "backtracks exponentially)"
+                    )
+                inner = _Node(repeats=True, degree=max(inner.degree, 1))
+            self.i = end
+        return inner, optional
+
+
+def pattern_problem(pattern: object) -> str | None:
+    """Why a tokenizer regex is refused (the rule in this module's docstring), or None."""
+    if not isinstance(pattern, str):
+        return f"a pattern must be a string, got {type(pattern).__name__}"
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"the pattern has {len(pattern)} characters, over {MAX_PATTERN_CHARS}"
+    parser = _Parser(pattern)
+    try:
+        parser.alternation(0)
+        if parser.i < len(pattern):
+            raise PatternRefused(f"unbalanced ')' at offset {parser.i}")
+    except PatternRefused as e:
+        return str(e)
+    return None
+
+
+def tokenizer_pattern_problem(data: object) -> str | None:
+    """The first refused `Regex` entry of a parsed tokenizer.json, as "PATH: why" (PATH: its
+    JSON path, e.g. pre_tokenizer.pretokenizers[0].pattern.Regex), or None. Walked without
+    recursion (a file nested thousands deep is not a RecursionError here)."""
+    if not isinstance(data, dict):
+        return None  # not a tokenizer.json: its reader says so
+    # the components that run patterns; the model's vocabulary and merges hold none
+    stack: list[tuple[str, object]] = [
+        (key, value) for key, value in data.items() if key not in ("model", "added_tokens")
+    ]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            if "Regex" in node:
+                problem = pattern_problem(node["Regex"])
+                if problem:
+                    where = f"{path}.Regex" if path else "Regex"
+                    return f"{where} {_shown(node['Regex'])}: {problem}"
+            for key, value in reversed(list(node.items())):
+                if isinstance(value, (dict, list)):
+                    stack.append((f"{path}.{key}" if path else str(key), value))
+        elif isinstance(node, list):
+            for k in range(len(node) - 1, -1, -1):
+                if isinstance(node[k], (dict, list)):
+                    stack.append((f"{path}[{k}]", node[k]))
+    return None
+
+
+def _shown(pattern: object) -> str:
+    text = repr(pattern)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,133 @@
+// Types of edgeformer-runtime's public API (index.mjs). docs/ship-node.md has the guide.
+
+/** A package that cannot be used (bad file, version, checksum, IO names): one clear message. */
+export class PackageError extends Error {}
+
+export type Backend = "node" | "wasm" | "webgpu";
+export type Variant = "auto" | "fp32" | "int8" | "int4" | "int8-dynamic" | "int8-web" | "int4-web";
+export type CacheMode = "auto" | "inplace" | "refeed";
+
+/** A package's files: a folder path (Node), a URL (fetch), or a reader. */
+export type PackageSource = string | URL | { name: string; read(file: string): Promise<Uint8Array> };
+
+export interface LoadOptions {
+  backend?: Backend;
+  /** the onnxruntime module to use (default: imported by backend name) */
+  ort?: unknown;
+  variant?: Variant;
+  cache?: CacheMode;
+  /** intra-op threads: at most max(64, 4 per core), as the Python runtime */
+  threads?: number;
+  spinning?: boolean;
+  /** check files against config.json's sha256 (default true) */
+  verify?: boolean;
+  maxQualityLoss?: number | null;
+}
+
+/** GenerationOptions of the Python runtime (camelCase or snake_case names). */
+export interface GenerationOptions {
+  maxNewTokens?: number | null;
+  minNewTokens?: number;
+  sampling?: boolean;
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  seed?: number | null;
+  numBeams?: number;
+  lengthPenalty?: number;
+  earlyStopping?: boolean;
+  numHypotheses?: number;
+  repetitionPenalty?: number;
+  ignoreEos?: boolean;
+  forcedEndToken?: number | null;
+  noRepeatNgramSize?: number;
+  suppressSequences?: (string | number[])[];
+  endToken?: (string | number)[];
+  /** texts that end an output (it is cut before them) */
+  stop?: string[];
+  maxInputLength?: number;
+  [snakeCase: string]: unknown;
+}
+
+export interface DecodeOptions extends GenerationOptions {
+  /** also return each chosen token's log-probability (greedy, sampling) */
+  scores?: boolean;
+  cache?: "inplace" | "refeed";
+  /** forced first tokens of each translation (ids per input; run(): texts or ids) */
+  targetPrefix?: (number[] | string | null)[] | null;
+  /** streaming: each step's new tokens (greedy and sampling) */
+  onToken?: (rows: number[], tokens: number[]) => void | Promise<void>;
+  stopTest?: (row: number, tokens: number[]) => boolean;
+}
+
+export interface Hypothesis {
+  tokens: number[];
+  score: number;
+  logProbs: number[] | null;
+}
+
+export interface DecodeResult {
+  /** the best hypothesis per input */
+  ids: number[][];
+  hypotheses: Hypothesis[][];
+  logProbs?: number[][];
+  msPerToken: number;
+  steps: number;
+}
+
+export interface TextResult {
+  input: string;
+  ids: number[];
+  text: string;
+  ms_per_token: number;
+  hypotheses: { text: string; ids: number[]; score: number; log_probs: number[] }[];
+  log_probs?: number[];
+}
+
+export interface ChatMessage {
+  role: string;
+  content?: string;
+  [key: string]: unknown;
+}
+
+export class Model {
+  readonly backend: Backend;
+  readonly family: "encoder-decoder" | "decoder-only";
+  readonly variant: string;
+  readonly variantReason: string;
+  readonly cacheMode: "inplace" | "refeed";
+  readonly maxLen: number;
+  readonly vocabSize: number;
+  readonly padId: number;
+  readonly bosId: number;
+  readonly eosId: number;
+  /** generation_config.json's fields this runtime does not apply */
+  readonly ignored: string[];
+  /** the package's defaults under `options`, validated (snake_case keys) */
+  options(options?: GenerationOptions): Record<string, unknown>;
+  encode(text: string): number[];
+  decode(ids: number[]): string;
+  run(texts: string[], options?: DecodeOptions): Promise<TextResult[]>;
+  stream(text: string, options?: DecodeOptions): AsyncGenerator<string>;
+  chatPrompt(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): Promise<string>;
+  chat(messages: ChatMessage[], options?: DecodeOptions): Promise<string>;
+  translateIds(sources: number[][], options?: DecodeOptions): Promise<number[][]>;
+  generateIds(prompts: number[][], options?: DecodeOptions): Promise<number[][]>;
+  decodeIds(inputs: number[][], options?: DecodeOptions): Promise<DecodeResult>;
+  release(): Promise<void>;
+}
+
+export function loadPackage(source: PackageSource, options?: LoadOptions): Promise<Model>;
+export function pickVariant(config: object, maxQualityLoss?: number | null): [string, string];
+export function makeOptions(defaults?: object, options?: GenerationOptions): Record<string, unknown>;
+export function cutAtStop(text: string, stops: string[], start?: number): string;
+/** why a tokenizer.json's regexes could hang encoding, or null */
+export function regexProblem(tokenizer: unknown): string | null;
+
+/** the package contract, generated from edgeformer.core (contract.mjs) */
+export const CONTRACT: Record<string, any>;
+export const PACKAGE_FORMAT: string;
+export const FORMAT_VERSION: number;
+export const READABLE_VERSIONS: number[];
+export const VARIANTS: string[];
+export const BACKENDS: Backend[];
