@@ -13,7 +13,7 @@
 //    alternation: no (a+)+, (a*)*, (a|aa)+, a{2}{3};
 // 5. at most MAX_DEGREE repetitions follow one another along any path (a*a*a*a*b: degree 4);
 // 6. groups nest at most MAX_NESTING deep; a pattern this module cannot read is refused.
-// tests/test_js.py runs the same patterns through both and requires the same verdicts.
+// tests/runtime/test_js.py runs the same patterns through both and requires the same verdicts.
 
 export const MAX_PATTERN_CHARS = 4096;
 export const MAX_REPEAT_COUNT = 100;
