@@ -154,7 +154,12 @@ def check_distilled(folder: Path, src: str, tgt: str) -> None:
 
 
 def check_direction(package: Path, src: str, tgt: str) -> None:
-    task = json.loads((package / CONFIG_FILE).read_text()).get("task", {})
+    """The teacher (a package, or a checkpoint: both keep the task in config.json) translates
+    src -> tgt; ValueError naming it otherwise."""
+    try:
+        task = json.loads((package / CONFIG_FILE).read_text()).get("task", {})
+    except (OSError, ValueError, AttributeError):
+        return  # not a readable teacher: teacher_package names the problem
     if task.get("kind") != "translation":
         raise ValueError(f"--teacher {package}: not a translation model (task {task})")
     if (task.get("src_lang"), task.get("tgt_lang")) != (src, tgt):
@@ -183,6 +188,7 @@ def distill(
     if pick == "closest" and (references is None or len(references) != len(sources)):
         raise ValueError("--teacher-pick closest needs one reference per training source")
     refs = references if references is not None else ()
+    check_direction(Path(cfg.teacher), src, tgt)  # before a checkpoint is exported into OUT
     package = teacher_package(Path(cfg.teacher), out, say)
     check_direction(package, src, tgt)
     folder = Path(cfg.distilled) if cfg.distilled else out / DISTILLED

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from ...core.config import ModelConfig
+from ...core.schema import MODEL_LIMITS
 from .fields import Fields
 from .loaders import HF_TOKENIZER, Loader, WeightReader, Weights, register
 
@@ -41,6 +42,16 @@ FAIRSEQ_DEFAULTS: dict[str, Any] = {
     "decoder_start_token_id": 2, "tie_word_embeddings": True,
 }  # fmt: skip
 TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def bounded_length(f: Fields, name: str) -> int:
+    """A length field (max_position_embeddings, n_positions) within what a package may hold
+    (core.schema.MODEL_LIMITS): position tables and relative-bias tables are made from it
+    before any weight tells its size."""
+    n = f.positive(name)
+    if n > MODEL_LIMITS["max_len"]:
+        raise f.bad(name, n, f"at most {MODEL_LIMITS['max_len']} positions")
+    return n
 
 
 def fairseq_sinusoids(rows: int, d: int, padding_idx: int) -> torch.Tensor:
@@ -230,7 +241,7 @@ class FairseqLoader(Loader):
             norm=self.norm,
             norm_type="layernorm",
             positional=self.positional,
-            max_len=f.positive("max_position_embeddings"),
+            max_len=bounded_length(f, "max_position_embeddings"),
             dropout=0.0,
             tie_embeddings=f.flag("tie_word_embeddings", True),
             scale_embeddings=f.flag("scale_embedding"),
@@ -316,6 +327,19 @@ class M2M100Loader(FairseqLoader):
     logits_bias = False
 
     def positions(self, w: WeightReader, cfg: ModelConfig, side: str) -> torch.Tensor:
+        """fairseq's table, made here: its size is checked against the embedding's first (a
+        config.json must not make us allocate what no weight accounts for)."""
+        shared = w["shared.weight"]
+        if shared.shape[-1] != cfg.d_model:
+            raise ValueError(
+                f"config.json's d_model {cfg.d_model} is not the width of shared.weight "
+                f"{list(shared.shape)}"
+            )
+        if cfg.max_len * cfg.d_model > max(shared.numel(), 1 << 26):
+            raise ValueError(
+                f"config.json's max_position_embeddings {cfg.max_len} makes a position table "
+                f"larger than the embedding ({list(shared.shape)})"
+            )
         table = fairseq_sinusoids(cfg.max_len + cfg.pad_id + 1, cfg.d_model, cfg.pad_id)
         return table[cfg.pad_id + 1 :]
 
@@ -357,7 +381,7 @@ class T5Loader(Loader):
         if scaled is None:
             scaled = tied and f.hf.get("model_type", "t5") == "t5"
         # T5 has no length limit of its own: n_positions (512) bounds our caches and tables
-        max_len = f.positive("n_positions") if f.get("n_positions") is not None else 512
+        max_len = bounded_length(f, "n_positions") if f.get("n_positions") is not None else 512
         return ModelConfig(
             family="encoder-decoder",
             vocab_size=vocab,

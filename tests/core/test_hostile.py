@@ -7,12 +7,14 @@ checksum list knowing, and requests with no upper bound (beams, penalties, threa
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
 
 import hypothesis
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 
 from edgeformer.cli import main
@@ -261,9 +263,22 @@ def test_threads_and_batches_have_upper_bounds(ed_package, capsys):
         assert err.startswith("edgeformer translate: error: ") and len(err.splitlines()) == 1
 
 
-@hypothesis.settings(max_examples=40, deadline=None)
-@hypothesis.given(st.integers(-(10**12), 10**12), st.floats(allow_nan=True, allow_infinity=True))
-def test_property_beams_and_penalties_are_bounded_or_refused(beams, penalty):
+@functools.lru_cache(maxsize=1)
+def _translator(path: str):
+    return Translator(path, threads=1)
+
+
+@hypothesis.settings(
+    max_examples=40, deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture],
+)  # fmt: skip
+@hypothesis.given(
+    beams=st.one_of(st.integers(-(10**12), 10**12), st.integers(1, 8)),
+    penalty=st.floats(allow_nan=True, allow_infinity=True),
+)  # fmt: skip
+def test_property_beams_and_penalties_are_bounded_or_refused(ed_package, beams, penalty):
+    """Any beam count and length penalty: refused with the options' message, or accepted
+    within the bounds and then translating with finite scores (the package runs them)."""
     try:
         opts = GenerationOptions(num_beams=beams, length_penalty=penalty, max_new_tokens=4)
     except ValueError as e:
@@ -271,3 +286,7 @@ def test_property_beams_and_penalties_are_bounded_or_refused(beams, penalty):
         return
     assert 1 <= opts.num_beams <= MAX_BEAMS and abs(opts.length_penalty) <= 10
     assert (2**20) ** opts.length_penalty < float("inf")  # the score normalisation is finite
+    if opts.num_beams <= 8:  # runs: one hypothesis of at most 4 tokens, a finite score
+        found = _translator(str(ed_package)).translate_ids_nbest([[5, 6, 7, 2]], opts)[0]
+        assert len(found) == 1 and len(found[0].tokens) <= 4
+        assert np.isfinite(found[0].score)

@@ -336,3 +336,50 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(folders, tmp_path, capsys, m
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("edgeformer convert: error: no space left on the device"), line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+# ---------------------------------------------------------------- the translators
+
+
+@pytest.fixture(scope="module")
+def translators(tmp_path_factory):
+    """Pristine NLLB (M2M100) and T5 folders, with their tokenizers."""
+    from test_hf_translators import build
+
+    root = tmp_path_factory.mktemp("hostile-translators")
+    for name in ("nllb", "t5"):
+        build(name, root / name)
+    return root
+
+
+@pytest.mark.parametrize(
+    "family, changes, match",
+    [
+        ("nllb", dict(d_model=4096, encoder_ffn_dim=16384), "d_model 4096"),
+        # fairseq's position table is made from config.json alone: bounded first
+        ("nllb", dict(max_position_embeddings=10**9), "max_position_embeddings=1000000000"),
+        ("nllb", dict(vocab_size=50_000_000), "make it [50000000, "),
+        ("nllb", dict(encoder_layers=100_000), "missing tensor 'encoder.layers.2."),
+        ("t5", dict(n_positions=10**9), "n_positions=1000000000"),
+        ("t5", dict(d_kv=4096), "make it"),
+        ("t5", dict(num_layers=100_000), "missing tensor 'encoder.block.2."),
+    ],
+)  # fmt: skip
+def test_lying_translator_configs_are_refused(family, changes, match, translators, tmp_path,
+                                              no_build, capsys):  # fmt: skip
+    """NLLB and T5 folders whose config.json lies about sizes: one line naming the field,
+    before the model (or a position table the size of the lie) is built."""
+    src = shutil.copytree(translators / family, tmp_path / "hf")
+    edit_json(src / "config.json", **changes)
+    refused(src, tmp_path / "out", match, capsys)
+
+
+def test_a_lying_translator_tensor_is_named(translators, tmp_path, no_build):
+    src = shutil.copytree(translators / "nllb", tmp_path / "hf")
+
+    def widen(t):
+        name = "model.decoder.layers.1.fc2.weight"
+        t[name] = torch.zeros(t[name].shape[0], t[name].shape[1] + 8)
+
+    rewrite_weights(src, widen)
+    refused(src, tmp_path / "out", "'decoder.1.ffn.down.weight' has shape [32, 56]")

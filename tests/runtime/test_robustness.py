@@ -102,7 +102,8 @@ def test_a_swap_killed_half_way_is_recovered(killed, ed_package, ed_checkpoint, 
         shutil.copytree(ed_package, old)
     else:  # the old one aside, no finished new one: it is put back
         shutil.copytree(ed_package, old)
-    assert Translator(pkg).translate("two dogs .", max_new_tokens=3) is not None
+    want = Translator(ed_package).translate("two dogs .", max_new_tokens=3)
+    assert Translator(pkg).translate("two dogs .", max_new_tokens=3) == want
     assert json.loads((pkg / "config.json").read_text()).get("format") == "edgeformer-package"
     assert not new.exists()
     export_package(ed_checkpoint, pkg, force=True, verbose=False)  # the next export tidies up

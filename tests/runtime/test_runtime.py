@@ -266,10 +266,22 @@ def test_empty_and_too_long_inputs(translator, generator):
     long = "two dogs play in the snow . " * 20  # > max_len 64 tokens
     with pytest.raises(ValueError, match="max_len 64"):
         translator.translate(long)
-    assert isinstance(translator.translate(long, truncate=True, max_new_tokens=4), str)
+    # truncate: the source's first max_len - 1 ids and EOS, translated as those ids are
+    m = translator.model
+    whole = m.encode_source(long)
+    cut = translator.source_ids(long, truncate=True)
+    assert cut == whole[: translator.max_len - 1] + [m.eos_id] and len(whole) >= translator.max_len
+    opts = GenerationOptions(max_new_tokens=4)
+    want = m.decode(translator.translate_ids([cut], opts)[0])
+    assert translator.translate(long, truncate=True, max_new_tokens=4) == want
     with pytest.raises(ValueError, match="max_len 64"):
         generator.generate(long)
-    assert isinstance(generator.generate(long, truncate=True, max_new_tokens=4), str)
+    # a prompt keeps its end: generated as the cut ids are
+    kept = generator.prompt_ids(long, truncate=True)
+    full = generator.model.encode_prompt(long)
+    assert len(kept) < len(full) and kept == full[len(full) - len(kept) :]
+    got = generator.generate_results([long], truncate=True, max_new_tokens=4)[0]
+    assert got.hypotheses[0].ids == generator.generate_ids([kept], opts)[0]
     # generation stops at the context limit instead of failing
     assert len(generator.generate_ids([[5] * 60], GenerationOptions(50, ignore_eos=True))[0]) == 5
 
@@ -319,7 +331,8 @@ def test_package_errors(ed_package, lm_package, tmp_path):
 
 def test_providers(ed_package):
     t = Translator(ed_package, provider="cpu", threads=1, spinning=False)
-    assert t.provider == "cpu" and t.translate("two dogs .", max_new_tokens=3) is not None
+    want = Translator(ed_package).translate("two dogs .", max_new_tokens=3)
+    assert t.provider == "cpu" and t.translate("two dogs .", max_new_tokens=3) == want
     with pytest.raises(ValueError, match="provider"):
         Translator(ed_package, provider="tpu")
 

@@ -112,6 +112,19 @@ def test_bad_teachers_are_named(data_dir, teacher, tmp_path):
         TrainConfig(task="lm", tokenizer="char", teacher=str(teacher))
 
 
+def test_a_refused_checkpoint_teacher_leaves_nothing_in_out(data_dir, lm_checkpoint, teacher,
+                                                            tmp_path):  # fmt: skip
+    """A checkpoint teacher of another task or direction is refused before it is exported:
+    OUT holds no teacher package afterwards."""
+    for name, bad, match in (("lm", lm_checkpoint, "not a translation model"),
+                             ("de-en", teacher, "translates en-de")):  # fmt: skip
+        out = tmp_path / name
+        direction = "de-en" if name == "de-en" else "en-de"
+        with pytest.raises(ValueError, match=match):
+            train(small(data_dir, out, teacher=str(bad), direction=direction))
+        assert not (out / TEACHER_PACKAGE).exists() and not list(out.glob(".teacher*"))
+
+
 def test_the_student_preset_needs_a_teacher(capsys):
     from edgeformer.cli import main
 
