@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/edgeformer translate runs/demo/package "A man is riding a bike." "Two dogs play in the snow." "A woman in a red dress is singing on a stage."
 	$(VENV)/bin/edgeformer bench --quick --out runs/demo-bench
 
-# the JavaScript runtime's tests (tests/test_js.py) run in `make test`: its dependencies come
+# the JavaScript runtime's tests (tests/runtime/test_js.py) run in `make test`: its dependencies come
 # first (EDGEFORMER_REQUIRE_JS=1 makes a missing node a failure, not a skip)
 test: $(STAMP) $(JS_STAMP)
 	$(VENV)/bin/ruff check .

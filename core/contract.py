@@ -8,8 +8,8 @@ from the Python owners of each fact: format.py (versions, file names, graph IO n
 and the weights file each reads, graph metadata keys), schema.py (config.json's bounds, measured
 keys), config.py (the model's fields, their config.json names and allowed values), variants.py
 (variant "auto"'s bounds), generation_config.py and options.py (the generation_config.json
-fields applied and the options' bounds). tests/test_js.py fails when the committed file and this
-module disagree, and runs the same hostile packages through both runtimes.
+fields applied and the options' bounds). tests/runtime/test_js.py fails when the committed file
+and this module disagree, and runs the same hostile packages through both runtimes.
 
 The file is JSON wrapped as an ES module (`export default {...};`): Debian 12's Node 18.19
 cannot import a .json file (import attributes need Node 18.20), and every browser and bundler

@@ -145,7 +145,7 @@ def _greedy_one(
     stop test): Python ints between the graph's runs, the batch-1 latency path. `banned` ids
     are never chosen, nor the end tokens in the first `held` steps (min_new_tokens;
     ignore_eos: all). The same tokens as the general loop: banned ids are set to -inf and the
-    argmax taken again only when one comes out on top (tests/test_decoding.py)."""
+    argmax taken again only when one comes out on top (tests/core/test_decoding.py)."""
     row = np.zeros(1, dtype=np.int64)
     ended, running = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
     for a in (row, ended, running):  # shared by every Step: read-only

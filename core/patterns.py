@@ -29,7 +29,7 @@ The rule (docs/package-format.md; the JavaScript runtime applies the same one):
 What the bound leaves: an accepted pattern may still cost the square of the input's length
 (one repetition and then an item that fails after it: `x*(?!x)\d` on "xxx...x" took 1.2 s for
 10,000 characters, 129 s for 100,000, tokenizers 0.23 on the shared 2-core machine); real
-tokenizers' patterns take ~1 ms for 20,000 hostile characters (tests/test_patterns.py).
+tokenizers' patterns take ~1 ms for 20,000 hostile characters (tests/core/test_patterns.py).
 
 `pattern_problem(pattern)` says why one pattern is refused (None: accepted);
 `tokenizer_pattern_problem(data)` walks a parsed tokenizer.json for every `Regex` entry and

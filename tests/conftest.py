@@ -8,8 +8,15 @@ PyTorch asks for it with `torch_module()`, a test module with `pytest.importorsk
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# The tests are grouped by layer (tests/core, tests/runtime, ...); a module may reuse another's
+# helpers (test_js runs test_hostile's hostile packages): every group's folder is importable.
+sys.path[:0] = [str(d) for d in sorted(Path(__file__).parent.iterdir()) if d.name[0].isalpha()
+                and d.is_dir()]  # fmt: skip
 
 
 def torch_module():

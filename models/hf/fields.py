@@ -1,7 +1,7 @@
 """Reading a Hugging Face config.json as its transformers config class reads it.
 
 A key missing from config.json takes the class's default (each loader lists the defaults of the
-keys it reads: `Loader.defaults`, checked against transformers by tests/test_hf_families.py);
+keys it reads: `Loader.defaults`, checked against transformers by tests/models/test_hf_families.py);
 every refusal names the field, its value and what works, and is a ValueError.
 """
 

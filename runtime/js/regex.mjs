@@ -16,7 +16,7 @@
 //    MAX_DEGREE (2) and, once it reached it, only optional items (?, {0,1}) follow; a group's
 //    body has degree <= 1 (x*x*$, x*x*x*, (?:x*x*)y are refused; \s*[\r\n]+ passes);
 // 6. groups nest at most MAX_NESTING deep; a pattern this module cannot read is refused.
-// tests/test_js.py runs the same patterns through both and requires the same verdicts.
+// tests/runtime/test_js.py runs the same patterns through both and requires the same verdicts.
 
 import contract from "./contract.mjs";
 

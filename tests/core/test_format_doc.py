@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DOC = (Path(__file__).resolve().parents[1] / "docs" / "package-format.md").read_text()
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "package-format.md").read_text()
 
 
 def snippet() -> str:

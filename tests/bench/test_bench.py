@@ -26,7 +26,7 @@ from edgeformer.benchmarks.shapes import get_shape
 from edgeformer.benchmarks.stacks import all_stacks, missing_modules, select_stacks
 from edgeformer.cli import main
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _have(*modules: str) -> bool:
@@ -259,7 +259,7 @@ def test_optimum_stacks_run_with_the_configured_interpreter(tmp_path, monkeypatc
     assert "skipped optimum-fp32: Optimum's environment unusable" in (out / "latest.md").read_text()
 
 
-OPTIMUM_ENV = Path(__file__).resolve().parents[1] / optimum_env.DEFAULT_ENV
+OPTIMUM_ENV = Path(__file__).resolve().parents[2] / optimum_env.DEFAULT_ENV
 OPTIMUM_PYTHON = str(optimum_env.venv_python(OPTIMUM_ENV))
 needs_optimum_env = pytest.mark.skipif(
     not Path(OPTIMUM_PYTHON).exists(), reason=f"no Optimum environment at {OPTIMUM_ENV}"

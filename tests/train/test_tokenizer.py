@@ -75,7 +75,7 @@ def test_load_tokenizer_errors(tmp_path):
 
 
 def _lm_package(tmp_path, tokenizer):
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch (the train extra)")
 
     from edgeformer.export import export_package
     from edgeformer.models import ModelConfig, build_model

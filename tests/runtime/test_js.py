@@ -24,7 +24,7 @@ import pytest
 
 from edgeformer.runtime import Generator, Translator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "runtime" / "js"
 VARIANTS = ("fp32", "int8-dynamic", "int8", "int4")
 MAX_NEW = 24

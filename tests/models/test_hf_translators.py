@@ -30,7 +30,7 @@ from edgeformer.runtime.api import Translator  # noqa: E402
 from edgeformer.runtime.commands import package_info  # noqa: E402
 from edgeformer.runtime.package import load_package  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 NEW = 12  # new tokens per translation
 LANGS = ["eng_Latn", "deu_Latn", "fra_Latn"]
 MBART_LANGS = ["en_XX", "de_DE", "fr_XX"]
