@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
+from edgeformer.core.data import DATA_DIR  # noqa: E402
 from edgeformer.export import export_package  # noqa: E402
 from edgeformer.export.verify import compare  # noqa: E402
 from edgeformer.models.checkpoint import load_checkpoint  # noqa: E402
@@ -30,7 +31,7 @@ from edgeformer.runtime.api import Translator  # noqa: E402
 from edgeformer.runtime.commands import package_info  # noqa: E402
 from edgeformer.runtime.package import load_package  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+DATA = DATA_DIR / "multi30k"  # the bundled Multi30k (train/data)
 NEW = 12  # new tokens per translation
 LANGS = ["eng_Latn", "deu_Latn", "fra_Latn"]
 MBART_LANGS = ["en_XX", "de_DE", "fr_XX"]
