@@ -360,7 +360,7 @@ def ct2_package_spec(package: Path):
     from ..core.format import OMITTED_AT_DEFAULT
 
     unmapped = [k for k, v in OMITTED_AT_DEFAULT.items() if getattr(cfg, k) is not v]
-    if [k for k in unmapped if k != "decoder_d_ff"]:
+    if [k for k in unmapped if k not in ("decoder_d_ff", "src_vocab_size")]:
         raise NotImplementedError(f"CTranslate2 conversion of a package: {unmapped} not mapped")
     w = package_weights(package)
     scale = np.float32(np.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0)
@@ -397,7 +397,7 @@ def ct2_package_spec(package: Path):
     else:
         spec.encoder.position_encodings.encodings = w["pos.table"]
         spec.decoder.position_encodings.encodings = w["pos.table"]
-    spec.encoder.embeddings[0].weight = table
+    spec.encoder.embeddings[0].weight = w.get("src_embed.table", table)  # its own, if any
     spec.decoder.embeddings.weight = table
     if cfg.tie_embeddings:
         spec.decoder.projection.weight = table / scale
@@ -428,7 +428,7 @@ def ct2_package_spec(package: Path):
         norm(spec.decoder.layer_norm, "dec.final_norm")
 
     target = package_vocab(pkg.path / TOKENIZER_FILE, cfg.vocab_size)
-    spec.register_source_vocabulary(package_vocab(pkg.source_tokenizer, cfg.vocab_size))
+    spec.register_source_vocabulary(package_vocab(pkg.source_tokenizer, cfg.source_vocab))
     spec.register_target_vocabulary(target)
     c = spec.config
     c.bos_token = c.decoder_start_token = target[special.bos_id]  # the decoder starts with BOS

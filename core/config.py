@@ -31,6 +31,10 @@ class ModelConfig:
         "encoder-decoder", "encoder-decoder (translation) or decoder-only (LM)", choices=FAMILIES
     )
     vocab_size: int = doc(8000, "vocabulary size")
+    src_vocab_size: int | None = doc(
+        None, "the encoder's own vocabulary and embedding (encoder-decoder: OPUS-MT tc-big's "
+        "separate source vocabulary); none: the one shared vocabulary",
+    )  # fmt: skip
     d_model: int = doc(256, "width of the model (embedding and residual stream)")
     n_heads: int = doc(4, "attention heads")
     n_encoder_layers: int = doc(3, "encoder layers (encoder-decoder only)")
@@ -286,6 +290,11 @@ class ModelConfig:
                 bad(f"{name} needs positional='relative'")
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 2):
                 bad(f"{name}={v!r} must be an integer >= 2")
+        sv = self.src_vocab_size
+        if sv is not None and (not isinstance(sv, int) or isinstance(sv, bool) or sv < 1):
+            bad(f"src_vocab_size={sv!r} must be a positive integer (or none: vocab_size)")
+        if sv is not None and self.family == "decoder-only":
+            bad(f"src_vocab_size={sv} is for encoder-decoder models (decoder-only: vocab_size)")
         if self.separate_positions and self.positional != "learned":
             bad("separate_positions needs positional='learned'")
         hs = self.head_scale
@@ -297,6 +306,17 @@ class ModelConfig:
     def buckets(self) -> tuple[int, int]:
         """Relative positions' (buckets, max distance), T5's defaults where unset."""
         return (self.relative_buckets or 32, self.relative_max_distance or 128)
+
+    @property
+    def source_vocab(self) -> int:
+        """The encoder's vocabulary: src_vocab_size, or the one shared vocab_size."""
+        return self.vocab_size if self.src_vocab_size is None else self.src_vocab_size
+
+    @property
+    def source_pad_id(self) -> int:
+        """The id that pads sources: pad_id, or 0 where pad_id is beyond a separate source
+        vocabulary (padding is masked: any id of the source vocabulary does)."""
+        return self.pad_id if self.pad_id < self.source_vocab else 0
 
     @property
     def head_dim(self) -> int:

@@ -142,6 +142,7 @@ OMITTED_AT_DEFAULT: dict[str, object] = {
     "embedding_norm": False,
     "separate_positions": False,
     "head_scale": None,
+    "src_vocab_size": None,
 }
 
 
@@ -190,6 +191,8 @@ def attention_head_size(head_dim: int) -> int:
 def graph_metadata(model: ModelConfig) -> dict[str, str]:
     """The metadata written into every graph of a package (format 4, since 2026-11-25)."""
     sizes = {**{k: getattr(model, k) for k in GRAPH_METADATA}, "n_kv_heads": model.kv_heads}
+    if model.src_vocab_size is not None:  # a separate source vocabulary (only then: the graphs
+        sizes["src_vocab_size"] = model.src_vocab_size  # of the others stay as they were)
     return {f"{METADATA_PREFIX}{HF_NAMES.get(k, k)}": str(v) for k, v in sizes.items()}
 
 

@@ -45,12 +45,20 @@ class TranslationTask:
     target_position: str = AFTER_START
 
     @classmethod
-    def from_task(cls, task: Mapping, eos: int, vocab: int, where: str) -> TranslationTask:
+    def from_task(
+        cls, task: Mapping, eos: int, vocab: int, where: str, source_vocab: int | None = None
+    ) -> TranslationTask:
         """config.json's task -> a TranslationTask; every problem a PackageError naming the
-        key."""
-        prefix = _ids(where, "source_prefix", task.get("source_prefix"), vocab)
-        suffix = _ids(where, "source_suffix", task.get("source_suffix"), vocab)
+        key. source_vocab: the encoder's own vocabulary (the frame's ids), else vocab."""
+        src = vocab if source_vocab is None else source_vocab
+        prefix = _ids(where, "source_prefix", task.get("source_prefix"), src)
+        suffix = _ids(where, "source_suffix", task.get("source_suffix"), src)
         if "source_prefix" not in task and "source_suffix" not in task:
+            if eos >= src:
+                raise PackageError(
+                    f"{where}: task.source_suffix is needed: the EOS id {eos} is beyond the "
+                    f"sources' vocabulary of {src}"
+                )
             suffix = [eos]
         langs = task.get("languages", {})
         if not isinstance(langs, dict) or not all(
@@ -64,6 +72,10 @@ class TranslationTask:
         source = task.get("source_lang")
         if source is not None and source not in langs:
             raise PackageError(f"{where}: task.source_lang {source!r} is not in task.languages")
+        if source is not None and any(i >= src for i in langs.values()):  # sources take them
+            raise PackageError(
+                f"{where}: task.languages must be token ids < {src} (the sources' vocabulary)"
+            )
         position = task.get("target_lang_position", AFTER_START)
         if position not in (AFTER_START, START):
             raise PackageError(

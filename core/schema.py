@@ -23,6 +23,7 @@ from .format import (
     ORT_SUFFIX,
     PACKAGE_FORMAT,
     READABLE_VERSIONS,
+    SOURCE_TOKENIZER_FILE,
     io_names,
     model_from_json,
     model_to_json,
@@ -88,8 +89,13 @@ class Golden:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: object, vocab_size: int, where: str = GOLDEN_FILE) -> Golden:
+    def from_json(
+        cls, data: object, vocab_size: int, where: str = GOLDEN_FILE,
+        source_vocab: int | None = None,
+    ) -> Golden:  # fmt: skip
+        """source_vocab: the inputs' (an encoder's own vocabulary), else vocab_size."""
         data = _obj(where, "the top level", data)
+        src = vocab_size if source_vocab is None else source_vocab
         try:
             inputs = [np.asarray(r, dtype=np.int64) for r in data["inputs"]]
             tokens = np.asarray(data["tokens"], dtype=np.int64)  # (calls, B)
@@ -106,28 +112,33 @@ class Golden:
             and tokens.ndim == 2 and tokens.shape[1] == B and len(tokens) > 0
             and top_ids.ndim == 3 and top_ids.shape[:2] == tokens.shape
             and top_logits.shape == top_ids.shape
-            and all(((a >= 0) & (a < vocab_size)).all() for a in (tokens, top_ids, *inputs))
+            and all(((a >= 0) & (a < vocab_size)).all() for a in (tokens, top_ids))
+            and all(((a >= 0) & (a < src)).all() for a in inputs)
             and np.isfinite(top_logits).all()
         )  # fmt: skip
         if not ok:
             raise PackageError(f"{where}: shapes, ids or logits out of range")
         return cls(
             [r.tolist() for r in inputs], tokens.tolist(), top_ids.tolist(), top_logits.tolist(),
-            _probes(where, data.get("probes", []), vocab_size),
+            _probes(where, data.get("probes", []), vocab_size, src),
         )  # fmt: skip
 
 
-def _probes(where: str, value: object, vocab_size: int) -> list[dict]:
+def _probes(where: str, value: object, vocab_size: int, source_vocab: int) -> list[dict]:
+    """Each probe's ids within its tokenizer's vocabulary (source_tokenizer.json: the
+    sources')."""
     if not isinstance(value, list):
         raise PackageError(f"{where}: probes must be a list")
     for i, p in enumerate(value):
+        source = isinstance(p, dict) and p.get("file") == SOURCE_TOKENIZER_FILE
+        vocab = source_vocab if source else vocab_size
         ok = (
             isinstance(p, dict) and isinstance(p.get("file"), str)
             and isinstance(p.get("text"), str) and isinstance(p.get("ids"), list)
-            and all(_is_id(t, vocab_size) for t in p["ids"])
+            and all(_is_id(t, vocab) for t in p["ids"])
         )  # fmt: skip
         if not ok:
-            raise PackageError(f"{where}: probes[{i}] must be {{file, text, ids < {vocab_size}}}")
+            raise PackageError(f"{where}: probes[{i}] must be {{file, text, ids < {vocab}}}")
     return value
 
 
@@ -291,6 +302,9 @@ def _model(where: str, stored: dict, family: str, version: int) -> ModelConfig:
     fields = model_from_json(stored, version)
     for name, most in MODEL_LIMITS.items():
         _int(where, stored_name(name, version), fields.get(name), 1, most + 1)
+    if fields.get("src_vocab_size") is not None:  # optional: bounded as vocab_size
+        most = MODEL_LIMITS["vocab_size"]
+        _int(where, "model.src_vocab_size", fields["src_vocab_size"], 1, most + 1)
     if fields.get("family", family) != family:
         raise PackageError(f"{where}: model.family {fields.get('family')!r} != {family!r}")
     try:

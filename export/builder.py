@@ -26,7 +26,8 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
 - linear layers are MatMul (float), `MatMulNBits` (4/8-bit weights, bias fused) or
   `DynamicQuantizeMatMul` (int8, bias fused); the embedding is a Gather or a
   `GatherBlockQuantized` that shares its table with a tied output projection (int8-dynamic:
-  rows of the transposed head table, which onnxruntime folds into a constant at load).
+  rows of the transposed head table, which onnxruntime folds into a constant at load); an
+  encoder with its own vocabulary (src_vocab_size) gathers from its own table (`src_embed.*`).
 
 Shapes: B batch, T new tokens, S source, M cache capacity, C d_model, H heads, G key/value heads,
 D head dim (padded: Dp), V vocab.
@@ -195,6 +196,9 @@ class Builder:
         # the embedding scale (sqrt(C), or 1) folded into the table; a tied head divides it out
         self.scale = float(model.embed.scale)
         self.table = _f32(model.embed.weight) * np.float32(self.scale)
+        # the encoder's own table (a separate source vocabulary), scaled alike; None: `table`
+        own = getattr(model, "src_embed", None)
+        self.src_table = None if own is None else _f32(own.weight) * np.float32(self.scale)
         self._bias: dict[str, str] = {}  # relative positions' attention bias, per graph
 
     # -- padded heads ----------------------------------------------------------------------------
@@ -329,16 +333,21 @@ class Builder:
             return g.op("Add", [y, bias]), None
         return y, bias
 
-    def embedding(self, g: Graph, ids: str) -> str:
-        """Token vectors (B, T, C), already scaled by sqrt(C)."""
+    def embedding(self, g: Graph, ids: str, source: bool = False) -> str:
+        """Token vectors (B, T, C), already scaled by sqrt(C); source: the encoder's, from its
+        own table where it has one (`src_embed`: never the tied head's int8 rows, which are
+        the target table's)."""
         bits = self.spec.embed_bits
+        own = source and self.src_table is not None
+        name, table = ("src_embed", self.src_table) if own else ("embed", self.table)
+        assert table is not None
         if not bits:
-            return g.op("Gather", [g.weight("embed.table", self.table), ids])
-        if self.spec.method == "dynamic" and self.tied:  # the head's int8 (C, V) columns
+            return g.op("Gather", [g.weight(f"{name}.table", table), ids])
+        if self.spec.method == "dynamic" and self.tied and not own:  # the head's int8 columns
             return self._int8_rows(g, ids)
-        packed, scales = self._nbits(g, "embed", self.table, bits)
+        packed, scales = self._nbits(g, name, table, bits)
         data = g.weight(
-            f"embed.q{bits}.rows", self.inits[f"embed.q{bits}"].reshape(len(self.table), -1)
+            f"{name}.q{bits}.rows", self.inits[f"{name}.q{bits}"].reshape(len(table), -1)
         )
         x = g.op(
             "GatherBlockQuantized", [data, ids, scales], domain=MS, gather_axis=0,
@@ -707,7 +716,7 @@ class Builder:
         ids = g.input("input_ids", TP.INT64, ["batch", "src_len"])
         mask = g.input("attention_mask", TP.INT64, ["batch", "src_len"])
         mask32 = g.op("Cast", [mask], to=TP.INT32)
-        x = self.embedding(g, ids)
+        x = self.embedding(g, ids, source=True)
         shape = g.op("Shape", [ids])
         n = g.op("Gather", [shape, g.const(1)], axis=0)
         position_ids = g.op("Range", [g.const(0), n, g.const(1)])

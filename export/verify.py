@@ -16,15 +16,16 @@ import numpy as np
 
 
 def random_batch(cfg, batch: int, length: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Random ids (B, L), right-padded, and their 1/0 mask, with varied lengths."""
+    """Random ids (B, L), right-padded, and their 1/0 mask, with varied lengths: prompts, or
+    sources (drawn from the encoder's vocabulary, which may be its own)."""
     rng = np.random.default_rng(seed)
     # any id but the special ones (which need not be the lowest: GPT-2's EOS is its last id)
-    allowed = np.setdiff1d(np.arange(cfg.vocab_size), [cfg.pad_id, cfg.bos_id, cfg.eos_id])
+    allowed = np.setdiff1d(np.arange(cfg.source_vocab), [cfg.pad_id, cfg.bos_id, cfg.eos_id])
     ids = allowed[rng.integers(0, len(allowed), (batch, length))]
     lengths = rng.integers(max(1, length // 2), length + 1, batch)
     lengths[0] = length
     mask = np.arange(length)[None, :] < lengths[:, None]
-    ids = np.where(mask, ids, cfg.pad_id).astype(np.int64)
+    ids = np.where(mask, ids, cfg.source_pad_id).astype(np.int64)
     return ids, mask.astype(np.int64)
 
 

@@ -98,7 +98,7 @@ def translate_ids(
     """Source id lists (ending in EOS) -> output id lists (no BOS/EOS)."""
     opts, _ = prepare_options(opts or GenerationOptions(), model.cfg.vocab_size, model.cfg.max_len)
     device = next(model.parameters()).device
-    src, mask = pad_batch(sources, model.cfg.pad_id)
+    src, mask = pad_batch(sources, model.cfg.source_pad_id)
     stepper = EncoderDecoderStepper(model, src.to(device), mask.to(device))
     cfg = model.cfg
     return generate(

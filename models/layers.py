@@ -24,9 +24,10 @@ class TokenEmbedding(nn.Module):
     """Token ids -> vectors scaled by sqrt(d_model), as in the paper (section 3.4), or unscaled
     (scale_embeddings=False: GPT-2, Llama)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, vocab_size: int | None = None):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(cfg.vocab_size, cfg.d_model) * cfg.d_model**-0.5)
+        rows = cfg.vocab_size if vocab_size is None else vocab_size  # an encoder's own: its own
+        self.weight = nn.Parameter(torch.randn(rows, cfg.d_model) * cfg.d_model**-0.5)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, C)

@@ -1,7 +1,9 @@
 """SentencePiece models -> `tokenizers` tokenizer.json, for converted Marian (OPUS-MT) models.
 
 A Marian folder holds source.spm and target.spm (two SentencePiece Unigram models) and vocab.json
-(piece -> id, one vocabulary for both sides). transformers' MarianTokenizer encodes a text with
+(piece -> id, one vocabulary for both sides), or, with separate vocabularies (OPUS-MT "tc-big":
+MarianTokenizer's separate_vocabs), vocab.json for the sources and target_vocab.json for the
+targets, each with its own ids. transformers' MarianTokenizer encodes a text with
 one of the spm models and maps each piece through vocab.json (a piece it lacks -> <unk>), then
 appends </s>; it decodes ids -> pieces (vocab.json reversed) -> the spm model's decode_pieces.
 `spm_tokenizer` writes the equivalent `tokenizers` tokenizer, whose ids are vocab.json's:
@@ -73,9 +75,11 @@ def check_spm(proto, path: str | os.PathLike) -> None:
 
 
 def spm_tokenizer(
-    spm: str | os.PathLike, vocab: dict[str, int], language_codes: bool = False
-) -> str:
-    """The tokenizer.json text of `spm` with vocab.json's ids (`vocab`: token -> id)."""
+    spm: str | os.PathLike, vocab: dict[str, int], language_codes: bool = False,
+    vocab_file: str = "vocab.json",
+) -> str:  # fmt: skip
+    """The tokenizer.json text of `spm` with vocab.json's ids (`vocab`: token -> id; read from
+    `vocab_file`, which errors name)."""
     from tokenizers import (
         AddedToken,
         Regex,
@@ -90,10 +94,10 @@ def spm_tokenizer(
     check_spm(proto, spm)
     ids = sorted(vocab.values())
     if ids != list(range(len(vocab))):
-        raise ValueError(f"vocab.json: ids must be 0 .. {len(vocab) - 1}, each once")
+        raise ValueError(f"{vocab_file}: ids must be 0 .. {len(vocab) - 1}, each once")
     for token in ("</s>", "<unk>"):
         if token not in vocab:
-            raise ValueError(f"vocab.json has no {token} (Marian's EOS and unknown token)")
+            raise ValueError(f"{vocab_file} has no {token} (Marian's EOS and unknown token)")
     scores = {p.piece: p.score for p in proto.pieces if p.type in (1, 4)}  # NORMAL, USER_DEFINED
     controls = {p.piece for p in proto.pieces if p.type in (2, 3)}  # UNKNOWN, CONTROL
     tokens = sorted(vocab, key=vocab.__getitem__)
@@ -123,27 +127,69 @@ def spm_tokenizer(
     return tok.to_str()
 
 
-def marian_tokenizers(src: Path) -> tuple[str, str]:
-    """(source tokenizer.json, target tokenizer.json) texts of a Marian folder."""
-    missing = [f for f in ("source.spm", "target.spm", "vocab.json") if not (src / f).is_file()]
-    if (src / "target_vocab.json").is_file():
-        raise ValueError(
-            f"{src} has target_vocab.json (separate source and target vocabularies): edgeformer "
-            "converts Marian models with one shared vocab.json"
-        )
-    if missing:
-        raise FileNotFoundError(
-            f"{src} has no {', '.join(missing)}: a Marian folder needs source.spm, target.spm "
-            "and vocab.json (MarianTokenizer.save_pretrained writes them)"
-        )
+def read_vocab(path: Path) -> dict[str, int]:
+    """A Marian vocab.json / target_vocab.json: token -> id."""
     try:
-        vocab = json.loads((src / "vocab.json").read_text())
+        vocab = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise ValueError(f"{src / 'vocab.json'} is not valid JSON ({e})") from None
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
     if not isinstance(vocab, dict) or not all(
         isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
         for k, v in vocab.items()
     ):
-        raise ValueError(f"{src / 'vocab.json'} must map tokens to integer ids")
+        raise ValueError(f"{path} must map tokens to integer ids")
+    return vocab
+
+
+def marian_tokenizers(
+    src: Path, separate: bool = False, sizes: tuple[int, int] | None = None
+) -> tuple[str, str]:
+    """(source tokenizer.json, target tokenizer.json) texts of a Marian folder: one shared
+    vocab.json, or (separate: config.json's share_encoder_decoder_embeddings false) vocab.json
+    for the sources and target_vocab.json for the targets. sizes: config.json's (vocab_size,
+    decoder_vocab_size), which each vocabulary must fit."""
+    target_file = "target_vocab.json" if separate else "vocab.json"
+    need = ("source.spm", "target.spm", "vocab.json", target_file)
+    missing = [f for f in dict.fromkeys(need) if not (src / f).is_file()]
+    if not separate and (src / "target_vocab.json").is_file():
+        raise ValueError(
+            f"{src} has target_vocab.json (separate source and target vocabularies) but "
+            "config.json's share_encoder_decoder_embeddings is true (one shared vocab.json)"
+        )
+    if missing:
+        why = " (config.json's share_encoder_decoder_embeddings is false)" if separate else ""
+        raise FileNotFoundError(
+            f"{src} has no {', '.join(missing)}: a Marian folder needs "
+            f"{', '.join(dict.fromkeys(need))}{why} (MarianTokenizer.save_pretrained writes them)"
+        )
+    if separate and _tokenizer_flag(src, "separate_vocabs") is False:
+        raise ValueError(
+            f"unsupported Marian tokenizer: {src / 'tokenizer_config.json'} has "
+            "separate_vocabs=False but config.json's share_encoder_decoder_embeddings is false "
+            "(edgeformer converts separate_vocabs=True)"
+        )
+    vocab = read_vocab(src / "vocab.json")
+    target = read_vocab(src / target_file) if separate else vocab
+    if sizes is not None:
+        fields = ("vocab_size", "decoder_vocab_size" if separate else "vocab_size")
+        for file, table, field, size in zip(("vocab.json", target_file), (vocab, target),
+                                            fields, sizes):  # fmt: skip
+            if len(table) > size:
+                raise ValueError(
+                    f"unsupported MarianMTModel config: {field}={size} but {src / file} has "
+                    f"{len(table)} tokens"
+                )
     source = spm_tokenizer(src / "source.spm", vocab, language_codes=True)
-    return source, spm_tokenizer(src / "target.spm", vocab)
+    return source, spm_tokenizer(src / "target.spm", target, vocab_file=target_file)
+
+
+def _tokenizer_flag(src: Path, key: str) -> object:
+    """tokenizer_config.json's `key` (None without the file or the key)."""
+    path = src / "tokenizer_config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    return data.get(key) if isinstance(data, dict) else None

@@ -89,11 +89,12 @@ class _Base(nn.Module):
 
     def embed_tokens(
         self, ids: torch.Tensor, positions: torch.Tensor, norm: nn.Module | None = None,
-        pos: nn.Module | None = None,
+        pos: nn.Module | None = None, embed: nn.Module | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """Token vectors (+ positions), then the stack's embedding norm (BART) where it has one;
-        `pos`: the encoder's own position table (BART) instead of the shared one."""
-        x = self.embed(ids)
+        `pos`: the encoder's own position table (BART) instead of the shared one; `embed`: the
+        encoder's own token table (a separate source vocabulary) instead of the shared one."""
+        x = (self.embed if embed is None else embed)(ids)
         pos = self.pos if pos is None else pos
         if pos is not None:
             x = x + pos(positions)
@@ -121,13 +122,17 @@ class _Base(nn.Module):
 
 
 class EncoderDecoder(_Base):
-    """Encoder-decoder Transformer ("Attention Is All You Need"); one shared vocabulary;
-    absolute positions (BART: a table per stack), or T5's relative bias per stack."""
+    """Encoder-decoder Transformer ("Attention Is All You Need"); one shared vocabulary, or
+    the encoder's own (src_vocab_size: `src_embed`; the head stays the target's, tied to
+    `embed`, the decoder's table); absolute positions (BART: a table per stack), or T5's
+    relative bias per stack."""
 
     def __init__(self, cfg: ModelConfig):
         if cfg.family != "encoder-decoder":
             raise ValueError(f"EncoderDecoder needs family='encoder-decoder', got {cfg.family!r}")
         super().__init__(cfg)
+        own = cfg.src_vocab_size is not None
+        self.src_embed = TokenEmbedding(cfg, cfg.src_vocab_size) if own else None
         self.src_pos = AbsolutePositions(cfg) if cfg.separate_positions else None
         self.enc_emb_norm = make_norm(cfg) if cfg.embedding_norm else None
         self.dec_emb_norm = make_norm(cfg) if cfg.embedding_norm else None
@@ -148,7 +153,7 @@ class EncoderDecoder(_Base):
         _check_length(self.cfg, src.shape[1], "source")
         S = src.shape[1]
         positions = torch.arange(S, device=src.device).expand_as(src)
-        x = self.embed_tokens(src, positions, self.enc_emb_norm, self.src_pos)
+        x = self.embed_tokens(src, positions, self.enc_emb_norm, self.src_pos, self.src_embed)
         mask = key_padding_mask(src_mask, S)
         bias = None if self.enc_bias is None else self.enc_bias(positions[0], S)
         for layer in self.encoder:
@@ -193,7 +198,7 @@ class EncoderDecoder(_Base):
     ) -> torch.Tensor:
         """Teacher forcing: src (B, S), tgt_in (B, T) = [BOS] + target -> logits (B, T, V)."""
         if src_mask is None:
-            src_mask = src != self.cfg.pad_id
+            src_mask = src != self.cfg.source_pad_id
         memory = self.encode(src, src_mask)
         logits, _ = self.decode(tgt_in, self.cross_kv(memory), src_mask)
         return logits

@@ -176,7 +176,13 @@ class Translator(_Loaded):
                     f"source of {len(s)} tokens (with EOS): must be 1 .. the model's max_len "
                     f"{self.max_len} (translate_batch(..., truncate=True) cuts longer ones)"
                 )
-        src, mask = pad(sources, self.model.pad_id)
+        vocab = self.model.source_vocab
+        for s in sources:
+            if not all(0 <= t < vocab for t in s):
+                raise ValueError(f"source {s[:16]}... has ids outside the sources' vocabulary "
+                                 f"(size {vocab})")  # fmt: skip
+        # padding is masked: any id of the source vocabulary does (pad_id, where it is one)
+        src, mask = pad(sources, self.model.source_pad_id)
         return start_encoder_decoder(self.model.graphs, self.model.config, src, mask, max_new)
 
     def _translate_prepared(

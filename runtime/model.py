@@ -25,6 +25,7 @@ from ..core.format import (
     ATTENTION_HEAD_SIZE_KEY,
     GENERATION_CONFIG_FILE,
     METADATA_PREFIX,
+    SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
     graph_metadata,
     graph_names,
@@ -115,6 +116,12 @@ def check_graph_sizes(pkg: Package, graphs: dict[str, Graph]) -> None:
                     f"{where}: config.json's model.{field} is {value} but the {name} graph was "
                     f"built for {stored[key]}"
                 )
+        own = f"{METADATA_PREFIX}src_vocab_size"  # written only for a separate one
+        if own in stored and own not in want:
+            raise PackageError(
+                f"{where}: the {name} graph was built for a source vocabulary of "
+                f"{stored[own]} but config.json has no model.src_vocab_size"
+            )
         head = stored.get(ATTENTION_HEAD_SIZE_KEY, str(m.head_dim))  # padded for the op
         if not (head.isdigit() and int(head) >= m.head_dim):
             raise PackageError(
@@ -160,7 +167,7 @@ def one_thread_encoder(settings: SessionSettings, m: ModelConfig) -> bool:
     if (settings.threads or os.cpu_count() or 1) == 1:
         return False
     d, ff = m.d_model, m.d_ff
-    params = m.vocab_size * d + m.n_encoder_layers * (4 * d * d + 2 * d * ff)
+    params = m.source_vocab * d + m.n_encoder_layers * (4 * d * d + 2 * d * ff)
     return params <= ONE_THREAD_ENCODER_MAX_PARAMS
 
 
@@ -206,14 +213,27 @@ class Model:
         special = self.config.special_tokens
         self.pad_id, self.bos_id, self.eos_id = special.pad_id, special.bos_id, special.eos_id
         where, vocab = f"model package {pkg.path}", self.config.model.vocab_size
+        # the encoder's vocabulary (its own: src_vocab_size, OPUS-MT tc-big) and the id that
+        # pads sources, one of it (masked: pad_id unless that is beyond it)
+        self.source_vocab = self.config.model.source_vocab
+        self.source_pad_id = self.config.model.source_pad_id
         self.tokenizer = load_tokenizer(pkg.path / TOKENIZER_FILE, vocab, where)
         # the sources' own tokenizer (source_tokenizer.json: converted Marian models), or the same
         source = pkg.source_tokenizer
         own = source.name != TOKENIZER_FILE
-        self.source_tokenizer = load_tokenizer(source, vocab, where) if own else self.tokenizer
+        if not own and self.source_vocab != vocab:
+            raise PackageError(
+                f"{where}: model.src_vocab_size is {self.source_vocab} (the sources' own "
+                f"vocabulary) but the package has no {SOURCE_TOKENIZER_FILE}"
+            )
+        self.source_tokenizer = (
+            load_tokenizer(source, self.source_vocab, where) if own else self.tokenizer
+        )
         # a translator's source frame and languages (config.json's task), and the token its
         # generation config forces first (forced_bos_token_id: BART's <s>)
-        self.translation = TranslationTask.from_task(self.config.task, self.eos_id, vocab, where)
+        self.translation = TranslationTask.from_task(
+            self.config.task, self.eos_id, vocab, where, self.source_vocab
+        )
         self.forced_first = pkg.forced_first_token() if family == "encoder-decoder" else None
         tokenizers = {TOKENIZER_FILE: self.tokenizer, source.name: self.source_tokenizer}
         for probe in pkg.probes():  # export's: each tokenizer encodes as it did then

@@ -100,7 +100,8 @@ class Package:
             )
         where = f"model package {self.path}: {GOLDEN_FILE}"
         data = read_json(self.path / GOLDEN_FILE, where)
-        return Golden.from_json(data, self.config.model.vocab_size, where)
+        m = self.config.model
+        return Golden.from_json(data, m.vocab_size, where, m.source_vocab)
 
 
 def read_json(path: Path, where: str) -> object:

@@ -73,7 +73,7 @@ def _runtime(path: str | os.PathLike, variant: str, threads: int | None) -> Tran
 
 def _agreement(runtime: Translator | Generator, variant: str, golden: Golden) -> VariantCheck:
     m = runtime.model
-    ids, mask = pad(golden.inputs, m.pad_id)
+    ids, mask = pad(golden.inputs, m.source_pad_id)  # sources or prompts
     ref_tokens = np.asarray(golden.tokens)  # (calls, B)
     got = forced_logits(m, ids, mask, list(ref_tokens[:-1]))
     top_ids, top_logits = np.asarray(golden.top_ids), np.asarray(golden.top_logits)
@@ -88,9 +88,11 @@ def _agreement(runtime: Translator | Generator, variant: str, golden: Golden) ->
 def _ms_per_token(runtime: Translator | Generator) -> float:
     """Greedy, batch 1, TIMED_TOKENS forced tokens on a 9-token input; one run."""
     m = runtime.model
-    vocab = m.config.model.vocab_size
+    vocab = m.source_vocab  # sources: the encoder's vocabulary; prompts: the one
     start = 4 if vocab > 8 else 0
-    ids = [[start + i % (vocab - start) for i in range(8)] + [m.eos_id]]
+    # EOS last (a separate source vocabulary's own: the source frame's last id)
+    end = [m.eos_id] if m.eos_id < vocab else m.translation.suffix[-1:]
+    ids = [[start + i % (vocab - start) for i in range(8)] + end]
     opts = GenerationOptions(max_new_tokens=TIMED_TOKENS, ignore_eos=True)
     t = time.perf_counter()
     if isinstance(runtime, Translator):

@@ -16,8 +16,9 @@ TOKENIZERS = ("bpe", "char")
 TEACHER_PICKS = ("top", "closest")
 DEVICES = ("cpu", "cuda")
 # ModelConfig fields the training run sets itself: the family from `task`, the special ids from
-# the tokenizer ([PAD]=0, [BOS]=1, [EOS]=2, see train/tokenizer.py); not CLI flags
-DERIVED = ("family", "pad_id", "bos_id", "eos_id")
+# the tokenizer ([PAD]=0, [BOS]=1, [EOS]=2, see train/tokenizer.py), one vocabulary (its one
+# tokenizer: src_vocab_size none); not CLI flags
+DERIVED = ("family", "pad_id", "bos_id", "eos_id", "src_vocab_size")
 SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2}
 MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 

@@ -220,12 +220,12 @@ def convert_hf(
     end_ids = loader.end_ids(f, cfg)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, source_tokenizer = loader.tokenizers(src, Path(tmp), arch)
-        for file in (tokenizer, source_tokenizer):
+        for file, most in ((tokenizer, cfg.vocab_size), (source_tokenizer, cfg.source_vocab)):
             size = 0 if file is None else files.check_tokenizer(file).get_vocab_size()
-            if size > cfg.vocab_size:
+            if size > most:
                 raise ValueError(
                     f"{src}: the tokenizer has {size} tokens, more than the model's vocab_size "
-                    f"{cfg.vocab_size}"
+                    f"{most}"
                 )
         if (src / GENERATION_CONFIG).is_file():
             files.check_generation_config(src / GENERATION_CONFIG, cfg)

@@ -835,6 +835,11 @@ export default {
     "default": "interleaved",
     "stored": "sinusoid_layout"
    },
+   "src_vocab_size": {
+    "choices": null,
+    "default": null,
+    "stored": "src_vocab_size"
+   },
    "tie_embeddings": {
     "choices": null,
     "default": true,
@@ -871,7 +876,8 @@ export default {
    "rope_scaling": null,
    "rotary_dim": null,
    "sandwich_norm": false,
-   "separate_positions": false
+   "separate_positions": false,
+   "src_vocab_size": null
   }
  },
  "ort_suffix": ".ort",

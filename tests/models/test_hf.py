@@ -581,7 +581,6 @@ def test_marian_tokenizers_equal_sentencepiece(marian):
         (dict(add_final_layer_norm=True), "add_final_layer_norm=True"),
         (dict(static_position_embeddings=False), "static_position_embeddings=False"),
         (dict(activation_function="tanh"), "activation_function='tanh'"),
-        (dict(share_encoder_decoder_embeddings=False), "share_encoder_decoder_embeddings"),
         (dict(decoder_vocab_size=99), "decoder_vocab_size=99"),
         (dict(decoder_attention_heads=2), "decoder_attention_heads=2"),
         (dict(decoder_start_token_id=0), "decoder_start_token_id=0"),
