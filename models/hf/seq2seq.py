@@ -363,6 +363,15 @@ class T5Loader(Loader):
         "eos_token_id": 1, "decoder_start_token_id": 0, "n_positions": 512,
         "scale_decoder_outputs": None,
     }  # fmt: skip
+    # MT5Config's own defaults where they differ from T5Config's
+    mt5_defaults: ClassVar[dict[str, Any]] = {
+        "vocab_size": 250112, "d_ff": 1024, "num_layers": 8, "num_heads": 6,
+        "feed_forward_proj": "gated-gelu",
+    }  # fmt: skip
+
+    def fields(self, hf: dict, arch: str) -> Fields:
+        mt5 = arch == "MT5ForConditionalGeneration"
+        return Fields(hf, arch, self.defaults | (self.mt5_defaults if mt5 else {}))
 
     def config(self, f: Fields) -> ModelConfig:
         proj = str(f.require("feed_forward_proj", tuple(T5_ACTIVATIONS)))

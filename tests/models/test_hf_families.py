@@ -233,13 +233,21 @@ def test_onnxruntime_genai_runs_the_package(family):
 
 # ---------------------------------------------------------------- config defaults, refusals
 
-MODEL_TYPES = {loader.architectures[0]: loader.model_types[0] for loader in LOADERS.values()}
+# each architecture's model_type (a loader of several, T5 and mT5, lists them in the same order)
+MODEL_TYPES = {
+    arch: loader.model_types[i if len(loader.model_types) == len(loader.architectures) else 0]
+    for loader in LOADERS.values()
+    for i, arch in enumerate(loader.architectures)
+}
 CONFIG_CLASSES = {
     "GPT2LMHeadModel": "GPT2Config", "LlamaForCausalLM": "LlamaConfig",
     "MistralForCausalLM": "MistralConfig", "Qwen2ForCausalLM": "Qwen2Config",
     "Qwen3ForCausalLM": "Qwen3Config", "Phi3ForCausalLM": "Phi3Config",
     "GemmaForCausalLM": "GemmaConfig", "Gemma2ForCausalLM": "Gemma2Config",
     "Gemma3ForCausalLM": "Gemma3TextConfig", "MarianMTModel": "MarianConfig",
+    "BartForConditionalGeneration": "BartConfig", "MBartForConditionalGeneration": "MBartConfig",
+    "M2M100ForConditionalGeneration": "M2M100Config", "T5ForConditionalGeneration": "T5Config",
+    "MT5ForConditionalGeneration": "MT5Config",
 }  # fmt: skip
 
 
