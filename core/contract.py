@@ -8,8 +8,10 @@ from the Python owners of each fact: format.py (versions, file names, graph IO n
 and the weights file each reads, graph metadata keys), schema.py (config.json's bounds, measured
 keys), config.py (the model's fields, their config.json names and allowed values), variants.py
 (variant "auto"'s bounds), generation_config.py and options.py (the generation_config.json
-fields applied and the options' bounds). tests/runtime/test_js.py fails when the committed file
-and this module disagree, and runs the same hostile packages through both runtimes.
+fields applied and the options' bounds), languages.py (a translator's task keys: its source
+frame and language codes), patterns.py (the tokenizer regex rule's bounds).
+tests/runtime/test_js.py fails when the committed file and this module disagree, and runs the
+same hostile packages through both runtimes.
 
 The file is JSON wrapped as an ES module (`export default {...};`): Debian 12's Node 18.19
 cannot import a .json file (import attributes need Node 18.20), and every browser and bundler
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config as config_module
-from . import format, generation_config, options, patterns, schema, variants
+from . import format, generation_config, languages, options, patterns, schema, variants
 
 GENERATED_BY = "python -m edgeformer.core.contract --write runtime/js/contract.mjs"
 CONTRACT_FILE = "runtime/js/contract.mjs"
@@ -182,6 +184,21 @@ def contract() -> dict[str, Any]:
             "no_effect": sorted(generation_config.NO_EFFECT),
             "neutral": dict(generation_config.NEUTRAL),
             "hf_sampling_top_k": generation_config.HF_SAMPLING_TOP_K,
+            "encoder_decoder_fields": sorted(generation_config.ENCODER_DECODER_FIELDS),
+        },
+        "translation": {
+            "task_keys": list(languages.TASK_KEYS),
+            "target_positions": list(languages.TARGET_POSITIONS),
+            "default_position": languages.AFTER_START,
+            "max_frame_ids": languages.MAX_FRAME_IDS,
+            "max_code_chars": languages.MAX_CODE_CHARS,
+            "close_matches": {
+                "n": languages.CLOSE_N,
+                "cutoff": languages.CLOSE_CUTOFF,
+                "same_start": languages.SAME_START,
+                "fallback": languages.FALLBACK_CODES,
+                "sample": languages.SAMPLE_CODES,
+            },
         },
         "generation_options": generation_options(),
         "bounds": {

@@ -14,12 +14,22 @@ from it (mBART's fine-tuned models), and it cannot change.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .schema import PackageError
 
 AFTER_START, START = "after_start", "start"
+# config.json's task keys a translator's frame and languages are read from, and their bounds
+# (core/contract.py hands them to the JavaScript runtime, which checks them the same way)
+TASK_KEYS = ("source_prefix", "source_suffix", "languages", "source_lang", "target_lang_position")
+TARGET_POSITIONS = (AFTER_START, START)
+MAX_FRAME_IDS = 16  # ids in source_prefix / source_suffix
+MAX_CODE_CHARS = 64  # characters in a language code
+# an unknown code's error: difflib's close matches (how many, cutoff), then the codes that
+# share its first characters (how many characters), else the model's first codes; a missing
+# target language's error names a few codes
+CLOSE_N, CLOSE_CUTOFF, SAME_START, FALLBACK_CODES, SAMPLE_CODES = 5, 0.5, 3, 8, 4
 
 
 def _ids(where: str, key: str, value: object, vocab: int) -> list[int]:
@@ -29,8 +39,8 @@ def _ids(where: str, key: str, value: object, vocab: int) -> list[int]:
         isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab for i in value
     ):
         raise PackageError(f"{where}: task.{key} must be a list of token ids < {vocab}")
-    if len(value) > 16:
-        raise PackageError(f"{where}: task.{key} lists {len(value)} ids (at most 16)")
+    if len(value) > MAX_FRAME_IDS:
+        raise PackageError(f"{where}: task.{key} lists {len(value)} ids (at most {MAX_FRAME_IDS})")
     return list(value)
 
 
@@ -62,7 +72,7 @@ class TranslationTask:
             suffix = [eos]
         langs = task.get("languages", {})
         if not isinstance(langs, dict) or not all(
-            isinstance(c, str) and 0 < len(c) <= 64 and isinstance(i, int)
+            isinstance(c, str) and 0 < len(c) <= MAX_CODE_CHARS and isinstance(i, int)
             and not isinstance(i, bool) and 0 <= i < vocab
             for c, i in langs.items()
         ):  # fmt: skip
@@ -70,14 +80,14 @@ class TranslationTask:
                 f"{where}: task.languages must map language codes (strings) to token ids < {vocab}"
             )
         source = task.get("source_lang")
-        if source is not None and source not in langs:
+        if source is not None and (not isinstance(source, str) or source not in langs):
             raise PackageError(f"{where}: task.source_lang {source!r} is not in task.languages")
         if source is not None and any(i >= src for i in langs.values()):  # sources take them
             raise PackageError(
                 f"{where}: task.languages must be token ids < {src} (the sources' vocabulary)"
             )
         position = task.get("target_lang_position", AFTER_START)
-        if position not in (AFTER_START, START):
+        if position not in TARGET_POSITIONS:
             raise PackageError(
                 f"{where}: task.target_lang_position must be {AFTER_START!r} or {START!r}"
             )
@@ -95,9 +105,11 @@ class TranslationTask:
             return self.languages[lang]
         if not self.languages:
             raise ValueError(f"{what}={lang!r}: this model has no language codes")
-        near = difflib.get_close_matches(lang, list(self.languages), n=5, cutoff=0.5)
-        near += [c for c in self.languages if c.lower().startswith(lang.lower()[:3])][:5]
-        hint = ", ".join(dict.fromkeys(near)) or ", ".join(list(self.languages)[:8]) + ", ..."
+        near = difflib.get_close_matches(lang, list(self.languages), CLOSE_N, CLOSE_CUTOFF)
+        start = lang.lower()[:SAME_START]
+        near += [c for c in self.languages if c.lower().startswith(start)][:CLOSE_N]
+        first = list(self.languages)[:FALLBACK_CODES]
+        hint = ", ".join(dict.fromkeys(near)) or ", ".join(first) + ", ..."
         raise ValueError(
             f"{what}={lang!r} is not one of this model's {len(self.languages)} language codes "
             f"(close: {hint})"
@@ -125,17 +137,18 @@ class TranslationTask:
             token = self.code(target_lang, "target_lang")
             if self.target_position == START:
                 if token != start:
-                    fixed = next(c for c, i in self.languages.items() if i == start)
+                    fixed = next((repr(c) for c, i in self.languages.items() if i == start),
+                                 f"token {start}")  # fmt: skip
                     raise ValueError(
                         f"target_lang={target_lang!r}: this model's decoder always starts in "
-                        f"{fixed!r} (its decoder_start_token_id)"
+                        f"{fixed} (its decoder_start_token_id)"
                     )
                 return []
             return [token]
         if forced is not None:
             return [forced]
         if self.multilingual and self.target_position == AFTER_START:
-            sample = ", ".join(list(self.languages)[:4])
+            sample = ", ".join(list(self.languages)[:SAMPLE_CODES])
             raise ValueError(
                 f"this model translates into {len(self.languages)} languages: give target_lang "
                 f"(--target-lang), e.g. one of {sample}, ..."
@@ -145,8 +158,8 @@ class TranslationTask:
 
 def per_text(value: str | Sequence[str | None] | None, n: int, what: str) -> list[str | None]:
     """A language argument for n texts: one code for all, or one (or None) per text."""
-    if value is None or isinstance(value, str):
-        return [value] * n
+    if value is None or isinstance(value, str) or not isinstance(value, Iterable):
+        return [value] * n  # not a code (a number): code() names it
     items = list(value)
     if len(items) != n:
         raise ValueError(f"{what}: {len(items)} codes for {n} texts")

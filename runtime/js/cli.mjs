@@ -5,7 +5,9 @@
 //
 // Each TEXT is a source sentence (encoder-decoder) or a prompt (decoder-only); each --ids is
 // one input as token ids (a source ends in EOS, as the Python runtime's translate_ids expects).
-// Inputs are decoded as one batch. Output line: {"input", "ids", "text", "ms_per_token", ...}
+// Inputs are decoded as one batch. A multilingual translator takes --source-lang / --target-lang
+// (its tokenizer's codes: eng_Latn, deu_Latn; --languages lists them; with --ids, which are
+// sources in the model's frame already, --target-lang alone). Output line: {"input", "ids", "text", "ms_per_token", ...}
 // (with --n-best: "hypotheses"). The generation options are the Python CLI's, named by the
 // contract (GenerationOptions' fields as --kebab-case flags; --beam and --sample as there).
 // Exit status: 0, or 2 with one line "error: ..." for a package or a request it refuses.
@@ -18,7 +20,8 @@ for (const name of Object.keys(OPTIONS)) FLAGS[kebab(name)] = name;
 
 const HELP = `usage: node cli.mjs PACKAGE [--backend node|wasm|webgpu] [--variant auto|fp32|int8|int4|...]
                     [--cache auto|inplace|refeed] [--threads N] [--spinning] [--scores] [--n-best]
-                    [--stream] [--chat] [--target-prefix TEXT] [--ids 1,2,3 ...] [TEXT ...]
+                    [--stream] [--chat] [--target-prefix TEXT] [--source-lang CODE] [--target-lang CODE]
+                    [--truncate] [--languages] [--ids 1,2,3 ...] [TEXT ...]
 generation options: ${Object.keys(FLAGS).join(" ")}`;
 
 function parse(argv) {
@@ -49,6 +52,10 @@ function parse(argv) {
     else if (a === "--stream") opts.stream = true;
     else if (a === "--chat") opts.chat = true;
     else if (a === "--target-prefix") opts.targetPrefix = value(++i, a);
+    else if (a === "--source-lang") opts.sourceLang = value(++i, a);
+    else if (a === "--target-lang") opts.targetLang = value(++i, a);
+    else if (a === "--truncate") opts.truncate = true;
+    else if (a === "--languages") opts.languages = true;
     else if (a === "--ids")
       opts.ids.push(
         value(++i, a)
@@ -78,12 +85,29 @@ async function main() {
   const { backend, variant, cache, threads, spinning } = opts;
   const model = await loadPackage(opts.package, { backend, variant, cache, threads, spinning });
   model.options(opts.gen); // options checked before anything runs
-  const settings = { ...opts.gen, scores: opts.scores };
+  const langs = { sourceLang: opts.sourceLang ?? null, targetLang: opts.targetLang ?? null };
+  if (opts.languages) {
+    console.log(JSON.stringify({ languages: model.languages }));
+    await model.release();
+    return 0;
+  }
+  const translating = model.family === "encoder-decoder";
+  if (!translating && (langs.sourceLang !== null || langs.targetLang !== null)) {
+    throw new RangeError("--source-lang / --target-lang are for translators");
+  }
+  if (opts.ids.length && langs.sourceLang !== null) {
+    throw new RangeError("--source-lang applies to texts (--ids are sources in the model's frame already)");
+  }
+  // an unknown code: one error before anything is decoded (the Python CLI's check)
+  if (translating && !opts.ids.length) model.checkLanguages(langs.sourceLang, langs.targetLang);
+  const settings = { ...opts.gen, scores: opts.scores, ...langs, truncate: opts.truncate };
   if (opts.targetPrefix !== undefined) settings.targetPrefix = opts.texts.map(() => opts.targetPrefix);
   const info = { variant: model.variant, backend: model.backend, cache: model.cacheMode };
   const hyps = (h) => h.map((x) => ({ ids: x.tokens ?? x.ids, text: x.text, score: x.score, log_probs: x.logProbs ?? x.log_probs }));
   if (opts.ids.length) {
-    const out = await model.decodeIds(opts.ids, settings);
+    const { sourceLang, targetLang, truncate, ...low } = settings;
+    if (targetLang !== null) low.targetPrefix = opts.ids.map(() => model.forcedIds(targetLang));
+    const out = await model.decodeIds(opts.ids, low);
     out.ids.forEach((ids, i) => {
       const line = { input: opts.ids[i], ids, ms_per_token: out.msPerToken, ...info };
       if (out.logProbs) line.log_probs = out.logProbs[i];

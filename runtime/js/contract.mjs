@@ -30,6 +30,10 @@ export default {
  "format_version": 5,
  "generated_by": "python -m edgeformer.core.contract --write runtime/js/contract.mjs",
  "generation_config": {
+  "encoder_decoder_fields": [
+   "forced_bos_token_id",
+   "min_length"
+  ],
   "fields": {
    "bad_words_ids": "suppress_sequences",
    "do_sample": "sampling",
@@ -902,6 +906,29 @@ export default {
    "pad_id",
    "bos_id",
    "eos_id"
+  ]
+ },
+ "translation": {
+  "close_matches": {
+   "cutoff": 0.5,
+   "fallback": 8,
+   "n": 5,
+   "same_start": 3,
+   "sample": 4
+  },
+  "default_position": "after_start",
+  "max_code_chars": 64,
+  "max_frame_ids": 16,
+  "target_positions": [
+   "after_start",
+   "start"
+  ],
+  "task_keys": [
+   "source_prefix",
+   "source_suffix",
+   "languages",
+   "source_lang",
+   "target_lang_position"
   ]
  },
  "variant_auto": {

@@ -49,6 +49,18 @@ export interface GenerationOptions {
   [snakeCase: string]: unknown;
 }
 
+/** A language code, or one per text (null: the model's default for that text). */
+export type LanguageArg = string | (string | null)[] | null;
+
+export interface TextOptions extends DecodeOptions {
+  /** a multilingual translator's source language (its tokenizer's code: "eng_Latn", "en_XX") */
+  sourceLang?: LanguageArg;
+  /** its target language ("deu_Latn"): forced after the decoder start; one per text mixes them */
+  targetLang?: LanguageArg;
+  /** cut sources longer than the model's max_len (else a RangeError) */
+  truncate?: boolean;
+}
+
 export interface DecodeOptions extends GenerationOptions {
   /** also return each chosen token's log-probability (greedy, sampling) */
   scores?: boolean;
@@ -107,8 +119,16 @@ export class Model {
   options(options?: GenerationOptions): Record<string, unknown>;
   encode(text: string): number[];
   decode(ids: number[]): string;
-  run(texts: string[], options?: DecodeOptions): Promise<TextResult[]>;
-  stream(text: string, options?: DecodeOptions): AsyncGenerator<string>;
+  /** a multilingual translator's language codes ([] for a one-pair model) */
+  readonly languages: string[];
+  /** RangeError (naming close matches) for an unknown code or a missing target language */
+  checkLanguages(sourceLang?: string | null, targetLang?: string | null): void;
+  /** the tokens forced after the decoder start (a target language's, or forced_bos_token_id) */
+  forcedIds(targetLang?: string | null): number[];
+  /** a text's source ids in the model's frame (language token, </s>); [] for empty text */
+  sourceIds(text: string, options?: { sourceLang?: string | null; truncate?: boolean; maxInputLength?: number }): number[];
+  run(texts: string[], options?: TextOptions): Promise<TextResult[]>;
+  stream(text: string, options?: TextOptions): AsyncGenerator<string>;
   chatPrompt(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): Promise<string>;
   chat(messages: ChatMessage[], options?: DecodeOptions): Promise<string>;
   translateIds(sources: number[][], options?: DecodeOptions): Promise<number[][]>;

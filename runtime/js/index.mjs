@@ -20,10 +20,11 @@
 
 import { Tokenizer } from "@huggingface/tokenizers";
 import {
-  CONTRACT, PackageError, checkConfig, checkGraphSizes, checkNames, checkThreads, fileSource, generationSettings,
-  isNode, onnxFacts, parseJson, sha256,
+  CONTRACT, PackageError, checkConfig, checkGraphSizes, checkNames, checkThreads, fileSource, forcedFirstToken,
+  generationSettings, isNode, onnxFacts, parseJson, sha256,
 } from "./package.mjs"; // prettier-ignore
-import { decode, fitNewTokens, makeOptions } from "./decoding.mjs";
+import { decode, fitNewTokens, makeOptions, optionKeys } from "./decoding.mjs";
+import { Translation, perText } from "./languages.mjs";
 import { regexProblem } from "./regex.mjs";
 
 export { PackageError, CONTRACT };
@@ -195,11 +196,14 @@ export async function loadPackage(source, options = {}) {
   // runtime checks them (a setting GenerationOptions refuses names the file)
   let defaults;
   let ignored = [];
+  let forcedFirst = null; // an encoder-decoder's forced_bos_token_id (BART's <s>)
   const genWhere = `${where}: ${FILES.generation_config}`;
   {
     let settings = {};
     if (FILES.generation_config in cfg.files) {
-      ({ settings, ignored } = generationSettings(parseJson(await read(FILES.generation_config), genWhere), cfg, genWhere));
+      const data = parseJson(await read(FILES.generation_config), genWhere);
+      ({ settings, ignored } = generationSettings(data, cfg, genWhere));
+      if (cfg.family === "encoder-decoder") forcedFirst = forcedFirstToken(data, model.vocab_size, genWhere);
     }
     try {
       defaults = makeOptions({}, settings);
@@ -231,6 +235,8 @@ export async function loadPackage(source, options = {}) {
     }
     tokenizers[file] = tok;
   }
+  // a translator's source frame and languages (config.json's task: core/languages.py)
+  const translation = Translation.fromTask(cfg.task ?? {}, cfg.special_tokens.eos_id, model.vocab_size, where);
   if (FILES.golden in cfg.files) {
     const golden = parseJson(await read(FILES.golden), `${where}: ${FILES.golden}`);
     const probes = golden?.probes ?? [];
@@ -302,7 +308,7 @@ export async function loadPackage(source, options = {}) {
   const cacheMode = cache === "auto" ? (backend === "node" ? "inplace" : "refeed") : cache;
   return new Model({
     ort, backend, cfg, model, variant, variantReason, defaults, ignored, tokenizers, tokenizerError, graphs, cacheMode,
-    where, tokenizerConfig: FILES.tokenizer_config in cfg.files ? parseJson(await read(FILES.tokenizer_config), `${where}: ${FILES.tokenizer_config}`) : null,
+    where, translation, forcedFirst, tokenizerConfig: FILES.tokenizer_config in cfg.files ? parseJson(await read(FILES.tokenizer_config), `${where}: ${FILES.tokenizer_config}`) : null,
   }); // prettier-ignore
 }
 
@@ -344,7 +350,10 @@ export class Model {
     this.sourceTokenizer = f.tokenizers[FILES.source_tokenizer] ?? this.tokenizer;
     this.maxLen = f.model.max_len;
     this.vocabSize = f.model.vocab_size;
-    this.banned = [this.padId, this.bosId]; // never chosen (the Python runtime's banned_ids)
+    // never chosen (the Python runtime's banned_ids): padding and BOS, unless one also ends the
+    // output (NLLB's and mBART-50's decoder start is their EOS; GPT-2's one <|endoftext|>)
+    const ends = new Set([this.eosId, ...(f.defaults?.end_token ?? []).filter((t) => Number.isInteger(t))]);
+    this.banned = [...new Set([this.padId, this.bosId])].filter((i) => !ends.has(i));
   }
 
   /** The sessions' resources (onnxruntime-web keeps them in the wasm heap). */
@@ -355,8 +364,54 @@ export class Model {
   /** The package's defaults (generation_config.json) under `options` (camelCase or snake_case
    * GenerationOptions names), validated: a RangeError names the option. */
   options(options = {}) {
-    const { scores, cache, targetPrefix, onToken, stopTest: _, ...rest } = options;
+    const { scores, cache, targetPrefix, onToken, stopTest: _, truncate, ...rest } = options;
+    for (const k of LANGUAGE_KEYS) delete rest[k];
     return makeOptions(this.defaults, rest);
+  }
+
+  // ---- languages (a multilingual translator's codes: config.json's task) -------------------
+
+  /** The model's language codes (sourceLang / targetLang); [] for a one-pair model. */
+  get languages() {
+    return [...this.translation.codes];
+  }
+
+  /** RangeError (naming close matches) for a code the model does not know, or a missing target
+   * language a multilingual model needs (the Python runtime's check_languages). */
+  checkLanguages(sourceLang = null, targetLang = null) {
+    this.translation.frame(sourceLang);
+    this.forcedIds(targetLang);
+  }
+
+  /** The tokens forced after the decoder start of a translation into `targetLang`: its
+   * language token, else generation_config.json's forced_bos_token_id (BART's <s>), else none. */
+  forcedIds(targetLang = null) {
+    if (this.family !== "encoder-decoder") throw new RangeError(`${this.where} is decoder-only: languages are for translations`);
+    return this.translation.targetPrefix(targetLang, this.forcedFirst, this.bosId);
+  }
+
+  /** A text's source ids in the model's frame: its tokens between the task's source_prefix and
+   * source_suffix (default: + EOS; a converted model's own: BART's <s> first, NLLB's language
+   * token, in `sourceLang` where given); [] for empty or whitespace-only text. A RangeError for
+   * an unknown language, or more than max_len ids (or maxInputLength, when set; EOS included)
+   * without `truncate` (which cuts the text's tokens to fit), as the Python runtime's source_ids. */
+  sourceIds(text, options = {}) {
+    if (typeof text !== "string") throw new RangeError(`texts must be strings (got ${typeof text})`);
+    if (this.family !== "encoder-decoder") throw new RangeError(`${this.where} is decoder-only: sources are for translations`);
+    const [head, tail] = this.translation.frame(languageArgs(options).source);
+    let ids = this.encode(text, this.sourceTokenizer);
+    if (!ids.length) return [];
+    const asked = options.maxInputLength ?? options.max_input_length ?? 0;
+    const limit = Math.min(asked || this.maxLen, this.maxLen);
+    const extra = head.length + tail.length;
+    if (options.truncate) ids = ids.slice(0, Math.max(limit - extra, 1));
+    else if (ids.length + extra > limit) {
+      const what = limit < this.maxLen ? `max_input_length ${limit}` : `the model's max_len ${this.maxLen}`;
+      throw new RangeError(
+        `source of ${ids.length + extra} tokens (with EOS) is longer than ${what} (truncate: true or --truncate cuts longer ones)`,
+      );
+    }
+    return [...head, ...ids, ...tail];
   }
 
   // ---- text --------------------------------------------------------------------------------
@@ -406,39 +461,82 @@ export class Model {
     return { ...o, suppress_sequences: suppress, end_token: ends };
   }
 
-  /** The ids of a text input: a source is its tokens + EOS (null: an empty source, which
+  /** The ids of a text input: a source's (sourceIds: null for an empty source, which
    * translates to ""), a prompt its tokens with the special tokens its tokenizer adds (BOS alone
    * when empty). */
-  inputIds(t) {
+  inputIds(t, options = {}) {
     if (typeof t !== "string") throw new RangeError(`texts must be strings (got ${typeof t})`);
-    if (this.family === "encoder-decoder") return t.trim() ? [...this.encode(t, this.sourceTokenizer), this.eosId] : null;
+    if (this.family === "encoder-decoder") {
+      const ids = this.sourceIds(t, options);
+      return ids.length ? ids : null;
+    }
     const ids = this.encode(t, this.tokenizer, true);
     return ids.length ? ids : [this.bosId];
   }
 
-  /** Texts -> [{input, ids, text, ms_per_token, hypotheses}] (a translation, or the continuation
-   * of a prompt), as the Python runtime's text API. options: decodeIds's, and stop (strings
-   * that end an output, cut before them) and targetPrefix (a text or ids per input: forced
-   * first tokens of a translation, e.g. a language token). */
-  async run(texts, options = {}) {
+  /** What run() and stream() decode for `texts`, as the Python runtime's text API prepares it:
+   * {o: the options, inputs (null: an empty source), live (the rows decoded), prefixes (per
+   * text: the forced first tokens, a target language or forced_bos_token_id, then
+   * targetPrefix), settings (decodeIds's options for the live rows: their prefixes, and max /
+   * min new tokens counting the forced tokens, as transformers counts them)}. */
+  request(texts, options) {
+    if (!Array.isArray(texts)) throw new RangeError("texts must be a list of strings");
     const ed = this.family === "encoder-decoder";
     const o = this.options(options);
-    const inputs = texts.map((t) => this.inputIds(t));
+    const { source, target } = languageArgs(options);
+    if (!ed && (source !== null || target !== null)) throw new RangeError("sourceLang / targetLang are for translations");
+    const forced = ed ? perText(target, texts.length, "target_lang").map((t) => this.forcedIds(t)) : null;
     let prefixes = options.targetPrefix ?? null;
     if (prefixes !== null) {
       if (!ed) throw new RangeError("targetPrefix is for translations (an LM's prompt is its prefix)");
       if (!Array.isArray(prefixes) || prefixes.length !== texts.length) throw new RangeError(`targetPrefix must list one prefix per text`);
       prefixes = prefixes.map((p) => (p === null || p === undefined ? [] : typeof p === "string" ? this.encode(p) : p));
     }
+    if (forced?.some((f) => f.length)) prefixes = forced.map((f, i) => [...f, ...(prefixes ? prefixes[i] : [])]);
+    const langs = ed ? perText(source, texts.length, "source_lang") : null;
+    const limits = { truncate: !!options.truncate, maxInputLength: o.max_input_length };
+    const inputs = texts.map((t, i) => {
+      if (!ed) return this.inputIds(t);
+      try {
+        return this.inputIds(t, { ...limits, sourceLang: langs[i] });
+      } catch (e) {
+        if (typeof t !== "string" || !(e instanceof RangeError || e instanceof PackageError)) throw e;
+        throw new e.constructor(`texts[${i}]: ${e.message}`);
+      }
+    });
     // an empty source translates to "" (as in the Python runtime): only the others are decoded
     const live = inputs.map((ids, i) => (ids ? i : -1)).filter((i) => i >= 0);
+    const kept = prefixes && live.map((i) => prefixes[i]);
+    const settings = { ...options, targetPrefix: kept };
+    const k = forced && live.length ? Math.min(...live.map((i) => forced[i].length)) : 0;
+    if (k) {
+      // max_new_tokens fitted to the positions left, then the forced tokens taken out of it
+      const longest = Math.max(...kept.map((p) => p.length));
+      if (longest >= this.maxLen) throw new RangeError(`a target prefix of ${longest} tokens leaves no room: the model's max_len is ${this.maxLen} target positions`);
+      const [fitted] = fitNewTokens(o, this.maxLen - longest);
+      for (const key of ["maxNewTokens", "max_new_tokens", "minNewTokens", "min_new_tokens"]) delete settings[key];
+      settings.maxNewTokens = Math.max(fitted.max_new_tokens - k, 1);
+      settings.minNewTokens = Math.max(fitted.min_new_tokens - k, 0);
+    }
+    return { o, inputs, live, prefixes, settings };
+  }
+
+  /** Texts -> [{input, ids, text, ms_per_token, hypotheses}] (a translation, or the continuation
+   * of a prompt), as the Python runtime's text API. options: decodeIds's, and stop (strings
+   * that end an output, cut before them), targetPrefix (a text or ids per input: forced first
+   * tokens of a translation), sourceLang / targetLang (a multilingual translator's language
+   * codes, e.g. "eng_Latn", "deu_Latn": one for all texts or one per text) and truncate (cut
+   * sources longer than the model's max_len). */
+  async run(texts, options = {}) {
+    const ed = this.family === "encoder-decoder";
+    const { o, inputs, live, prefixes, settings } = this.request(texts, options);
     const stops = o.stop;
     const bases = live.map((i) => (ed ? [] : inputs[i]));
     const skip = live.map((i) => (prefixes ? prefixes[i].length : 0));
     const stop = stops.length ? stopTest((ids) => this.decode(ids), stops, bases, skip) : null;
     const out = await this.decodeIds(
       live.map((i) => inputs[i]),
-      { ...options, targetPrefix: prefixes && live.map((i) => prefixes[i]), stopTest: stop },
+      { ...settings, stopTest: stop },
     );
     const lines = texts.map((input) => ({ input, ids: [], text: "", ms_per_token: out.msPerToken, hypotheses: [] }));
     const textOf = (j, ids) => {
@@ -466,7 +564,8 @@ export class Model {
       return;
     }
     const ed = this.family === "encoder-decoder";
-    const input = this.inputIds(text);
+    const { inputs, settings } = this.request([text], options);
+    const input = inputs[0];
     if (input === null) return;
     const stops = o.stop;
     const base = ed ? [] : input;
@@ -503,7 +602,7 @@ export class Model {
       emit(false);
       wake?.();
     };
-    const done = this.decodeIds([input], { ...options, onToken, stopTest: stop }).then(
+    const done = this.decodeIds([input], { ...settings, onToken, stopTest: stop }).then(
       () => {
         if (!stopped) emit(true);
         finished = true;
@@ -645,6 +744,10 @@ export class Model {
     return result;
   }
 }
+
+// the language options (camelCase or snake_case, as the generation options)
+const LANGUAGE_KEYS = ["sourceLang", "targetLang", "source_lang", "target_lang"];
+const languageArgs = (o) => ({ source: o.sourceLang ?? o.source_lang ?? null, target: o.targetLang ?? o.target_lang ?? null });
 
 const MAX_PROMPT_CHARS = 1 << 21; // runtime/chat.py: above any context a package holds
 const MAX_TEMPLATE_CHARS = 1 << 20;

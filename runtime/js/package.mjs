@@ -226,8 +226,10 @@ function checkModel(where, stored, family, version) {
   for (const [k, v] of Object.entries(ids)) {
     if (!isInt(v) || v < 0 || v >= m.vocab_size) bad(`${k}=${show(v)} is outside the vocabulary (size ${m.vocab_size})`);
   }
-  if (family === "encoder-decoder" && (m.eos_id === m.pad_id || m.eos_id === m.bos_id)) {
-    bad(`eos_id must differ from pad_id and bos_id, got ${JSON.stringify(ids)}`);
+  // the decoder starts from bos_id, which may be the padding id (Marian, T5) or the EOS (BART,
+  // mBART-50, M2M100, NLLB: fed first, it ends nothing); eos_id differs from pad_id
+  if (family === "encoder-decoder" && m.eos_id === m.pad_id) {
+    bad(`eos_id must differ from pad_id, got ${JSON.stringify(ids)}`);
   }
   if (family === "decoder-only" && m.pad_id === m.bos_id && m.bos_id !== m.eos_id) {
     bad(`pad_id and bos_id must differ unless both equal eos_id, got ${JSON.stringify(ids)}`);
@@ -238,10 +240,31 @@ function checkModel(where, stored, family, version) {
   if (lt !== null && (!Array.isArray(lt) || lt.length !== m.n_decoder_layers)) {
     bad(`layer_types must list ${m.n_decoder_layers} layer types, got ${show(lt)}`);
   }
+  checkEncoderDecoder(m, family, bad);
   m.kv_heads = kv ?? m.n_heads;
   m.head_dim = dh ?? m.d_model / m.n_heads;
   m.cache_head_size = m.head_dim; // the graphs' (zero-padded) head size, read from the decoder
   return m;
+}
+
+/** Embedding norms, their own positions, relative positions: encoder-decoder only
+ * (core/config.py ModelConfig._check_encoder_decoder). */
+function checkEncoderDecoder(m, family, bad) {
+  const extras = {
+    embedding_norm: pyTruthy(m.embedding_norm) ? m.embedding_norm : null,
+    positional: m.positional === "relative" ? "relative" : null,
+    separate_positions: pyTruthy(m.separate_positions) ? m.separate_positions : null,
+  };
+  const given = Object.entries(extras).filter(([, v]) => v !== null);
+  if (family === "decoder-only" && given.length) bad(`${JSON.stringify(Object.fromEntries(given))} are supported for encoder-decoder models`);
+  for (const name of ["relative_buckets", "relative_max_distance"]) {
+    const v = m[name];
+    if (v !== null && m.positional !== "relative") bad(`${name} needs positional='relative'`);
+    if (v !== null && !(isInt(v) && v >= 2)) bad(`${name}=${pyShow(v)} must be an integer >= 2`);
+  }
+  if (pyTruthy(m.separate_positions) && m.positional !== "learned") bad("separate_positions needs positional='learned'");
+  const hs = m.head_scale;
+  if (hs !== null && !(typeof hs === "number" && hs > 0 && hs < Infinity)) bad(`head_scale=${pyShow(hs)} must be a positive number (or none)`);
 }
 
 /** config.json checked as core/schema.py checks it: {cfg, model} (model: our field names). */
@@ -456,7 +479,13 @@ export function generationSettings(data, cfg, where) {
     if (!isInt(length) || length < 2) throw new PackageError(`${where}: max_length must be an integer >= 2, got ${show(length)}`);
     out.max_new_tokens = length - 1;
   }
+  const shortest = data.min_length;
+  if (cfg.family === "encoder-decoder" && !("min_new_tokens" in out) && pyTruthy(shortest)) {
+    if (!isInt(shortest) || shortest < 0) throw new PackageError(`${where}: min_length must be an integer >= 0, got ${pyShow(shortest)}`);
+    out.min_new_tokens = Math.max(shortest - 1, 0); // the decoder start counted
+  }
   const known = new Set([...Object.keys(gc.fields), ...gc.understood, ...gc.no_effect]);
+  if (cfg.family === "encoder-decoder") for (const k of gc.encoder_decoder_fields) known.add(k);
   const ignored = Object.keys(data)
     .filter((k) => !known.has(k) && data[k] !== null && !(k in gc.neutral && sameJson(data[k], gc.neutral[k])))
     .sort();
@@ -465,6 +494,24 @@ export function generationSettings(data, cfg, where) {
   }
   return { settings: out, ignored };
 }
+
+/** An encoder-decoder's generation_config.json forced_bos_token_id (null when unset: the token
+ * forced after the decoder start, e.g. BART's <s>), or a PackageError (core/generation_config.py
+ * forced_first_token). */
+export function forcedFirstToken(data, vocab, where) {
+  let token = isObj(data) ? (data.forced_bos_token_id ?? null) : null;
+  if (Array.isArray(token) && token.length === 1) token = token[0];
+  if (token !== null && !(isInt(token) && token >= 0 && token < vocab)) {
+    throw new PackageError(`${where}: forced_bos_token_id must be a token id < ${vocab}`);
+  }
+  return token;
+}
+
+/** Python's truth value of a JSON value (0, "", [], {}, false and null are false). */
+const pyTruthy = (v) =>
+  !(v === null || v === undefined || v === false || v === 0 || v === "" || (Array.isArray(v) && !v.length) || (isObj(v) && !Object.keys(v).length));
+/** A JSON value in a message as Python's repr() writes it (strings quoted with '). */
+const pyShow = (v) => (typeof v === "string" ? `'${v}'` : v === true ? "True" : v === false ? "False" : show(v));
 
 // ---- the graphs' sizes against config.json (runtime/model.py check_graph_sizes) --------------
 

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import urllib.parse
 import warnings
 from pathlib import Path
@@ -58,6 +59,9 @@ for (const c of JSON.parse(process.argv[2])) {
       out.push({ ...c, prompt: await m.chatPrompt(c.inputs) });
     } else if (call === "chat") {
       out.push({ ...c, text: await m.chat(c.inputs, o) });
+    } else if (call === "sourceIds") {
+      out.push({ ...c, ids: c.inputs.map((t) => m.sourceIds(t, c.options ?? {})),
+                 languages: m.languages });
     }
   } catch (e) {
     out.push({ ...c, error: String(e.message ?? e), kind: e.name });
@@ -341,6 +345,185 @@ def test_js_runs_the_converted_families(node, tmp_path_factory):
     assert json.loads(run.stdout)["ids"] == g.generate_ids([prompt], opts)[0]
 
 
+# ---------------------------------------------------------------- translators (issue 48)
+
+TRANSLATOR_TEXTS = ["A man is riding a bike.", "Zwei Hunde spielen im Schnee.",
+                    "A woman in a red dress is singing on a stage while people watch.",
+                    "Two dogs."]  # fmt: skip
+NLLB_PAIRS = [("eng_Latn", "deu_Latn"), ("deu_Latn", "fra_Latn"), ("fra_Latn", "eng_Latn")]
+
+
+def translator_helpers():
+    """tests/models/test_hf_translators.py (its family builders), imported from here."""
+    models = str(Path(__file__).resolve().parents[1] / "models")
+    if models not in sys.path:
+        sys.path.insert(0, models)
+    return importlib.import_module("test_hf_translators")
+
+
+@pytest.fixture(scope="module")
+def translators(tmp_path_factory) -> dict[str, tuple[Path, object]]:
+    """{family: (fp32 package, its transformers tokenizer)}: an NLLB-shaped translator
+    (M2M100ForConditionalGeneration + NllbTokenizer: a language token in the source frame, the
+    target language forced after the decoder start </s>), BART (`<s> text </s>`, <s> forced
+    first, </s> forced last, no repeated trigrams) and T5 (sources `text </s>`, decoding from
+    padding), small random models built by tests/models/test_hf_translators.py's helpers and
+    converted once for the module."""
+    build = translator_helpers().build
+
+    from edgeformer.export import export_package
+    from edgeformer.models.hf import convert_hf
+
+    out = {}
+    for name in ("nllb", "bart", "t5"):
+        root = tmp_path_factory.mktemp(f"js-{name}")
+        _, tok = build(name, root / "hf")
+        ckpt = convert_hf(root / "hf", root / "ckpt")
+        out[name] = (export_package(ckpt, root / "pkg", verbose=False), tok)
+    return out
+
+
+def translator_cases(translators) -> list[dict]:
+    """run() cases: every family greedy and beam-4 (NLLB in three language pairs, one source
+    and one target language per text in a mixed batch), BART with a minimum length (its
+    forced <s> counted as transformers counts it), on node and wasm."""
+    langs = {"nllb": [*NLLB_PAIRS, (["eng_Latn", "deu_Latn", "fra_Latn", "eng_Latn"],
+                                     ["deu_Latn", "fra_Latn", "deu_Latn", "eng_Latn"])],
+             "bart": [(None, None)], "t5": [(None, None)]}  # fmt: skip
+    cases = []
+    for name, (pkg, _) in translators.items():
+        extra = [{"min_new_tokens": 9, "max_new_tokens": 10}] if name == "bart" else []
+        for source, target in langs[name]:
+            for options in [{"num_beams": 1}, {"num_beams": 4, "early_stopping": True}, *extra]:
+                options = {"max_new_tokens": 12} | options
+                if source is not None:
+                    options |= {"source_lang": source, "target_lang": target}
+                for backend in ("node", "wasm"):
+                    cases.append(dict(package=str(pkg), name=name, backend=backend,
+                                      variant="fp32", call="run", inputs=TRANSLATOR_TEXTS,
+                                      options=options))  # fmt: skip
+    return cases
+
+
+def test_js_translators_match_python(node, translators):
+    """NLLB-, BART- and T5-shaped packages: the JS runtime's ids (the forced target language or
+    <s> first) and texts are the Python runtime's (itself equal to transformers' generate(),
+    tests/test_hf_translators.py), greedy and beam-4, with source and target languages (one per
+    text: a mixed batch), on onnxruntime-node and wasm."""
+    refs: dict = {}
+    for case in run_js(node, translator_cases(translators)):
+        key = (case["name"], json.dumps(case["options"], sort_keys=True))
+        if key not in refs:
+            t = Translator(Path(case["package"]), variant="fp32", threads=1)
+            refs[key] = t.translate_results(TRANSLATOR_TEXTS, **case["options"])
+        want = refs[key]
+        where = f"{case['name']} {case['options']} on {case['backend']}"
+        assert [line["ids"] for line in case["lines"]] == [r.hypotheses[0].ids for r in want], where
+        assert [line["text"] for line in case["lines"]] == [r.text for r in want], where
+    assert refs[("bart", json.dumps({"max_new_tokens": 12, "num_beams": 1}, sort_keys=True))][0] \
+        .hypotheses[0].ids[0] == 0  # fmt: skip
+
+
+def test_js_source_ids_match_python_and_the_tokenizer(node, translators):
+    """100 Multi30k sentences (and empty, spaced, non-ASCII and over-long ones) in every source
+    language: the JS runtime's source ids (frame, language token, </s>; cut to max_len with
+    truncate) are the Python runtime's and the transformers tokenizer's; model.languages lists
+    the codes."""
+    corpus = translator_helpers().corpus
+
+    sentences = corpus(50) + ["", "  spaces  around ", "Ünïcödé — «quotes» 123",
+                              " ".join(corpus(10))]  # fmt: skip
+    cases, want = [], {}
+    for name, (pkg, tok) in translators.items():
+        t = Translator(pkg, threads=1)
+        for lang in ["eng_Latn", "deu_Latn", "fra_Latn"] if name == "nllb" else [None]:
+            if lang is not None:
+                tok.src_lang = lang
+            hf = [tok(x, truncation=True, max_length=64).input_ids if x.strip() else []
+                  for x in sentences]  # fmt: skip
+            py = [t.source_ids(x, truncate=True, source_lang=lang) for x in sentences]
+            assert py == hf, (name, lang)
+            want[name, lang] = (py, t.languages)
+            options = {"truncate": True} | ({"sourceLang": lang} if lang else {})
+            cases.append(dict(package=str(pkg), name=name, lang=lang, backend="node",
+                              variant="fp32", call="sourceIds", inputs=sentences,
+                              options=options))  # fmt: skip
+    for case in run_js(node, cases):
+        ids, languages = want[case["name"], case["lang"]]
+        assert case["ids"] == ids, (case["name"], case["lang"])
+        assert case["languages"] == languages
+    assert want["nllb", "deu_Latn"][1] == ["eng_Latn", "deu_Latn", "fra_Latn"]
+
+
+# requests a translator refuses: (family, texts, options); the JS runtime's message is Python's
+LANGUAGE_ERRORS = [
+    ("nllb", ["Hello"], {"target_lang": "deu_latn"}),
+    ("nllb", ["Hello", "x"], {"source_lang": ["eng_Latn", "fra_Ltn"], "target_lang": "deu_Latn"}),
+    ("nllb", ["Hello"], {}),
+    ("nllb", ["Hello"], {"target_lang": "zzz"}),
+    ("nllb", ["Hello"], {"target_lang": "Latn"}),
+    ("nllb", ["Hello"], {"target_lang": "deu_Latn_" * 30}),
+    ("nllb", ["Hello"], {"target_lang": 5}),
+    ("nllb", TRANSLATOR_TEXTS, {"target_lang": ["deu_Latn", "fra_Latn"]}),
+    ("bart", ["Hello"], {"source_lang": "eng_Latn"}),
+    ("t5", ["Hello"], {"target_lang": "de"}),
+]  # fmt: skip
+
+
+def test_js_language_errors_are_pythons(node, translators):
+    """An unknown code (close matches from difflib's rule, ported), a missing target language,
+    a list of the wrong length, a language for a one-pair model: the same one-line message from
+    both runtimes; the CLI's --source-lang / --target-lang translate as Python's and refuse an
+    unknown code with exit status 2."""
+    cases = []
+    for name, texts, options in LANGUAGE_ERRORS:
+        pkg = translators[name][0]
+        with pytest.raises(ValueError) as caught:
+            Translator(pkg, threads=1).translate_batch(texts, max_new_tokens=4, **options)
+        cases.append(dict(package=str(pkg), backend="node", variant="fp32", call="run",
+                          inputs=texts, max_new_tokens=4, options=options,
+                          want=str(caught.value)))  # fmt: skip
+    for case in run_js(node, cases, errors=True):
+        assert case.get("kind") == "RangeError", case
+        assert case["error"] == case["want"], case["options"]
+    pkg = translators["nllb"][0]
+    want = Translator(pkg, threads=1).translate_batch(
+        TRANSLATOR_TEXTS[:2], source_lang="deu_Latn", target_lang="fra_Latn", max_new_tokens=6
+    )  # fmt: skip
+    run = cli(node, str(pkg), "--source-lang", "deu_Latn", "--target-lang", "fra_Latn",
+              "--max-new-tokens", "6", *TRANSLATOR_TEXTS[:2])  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert [json.loads(line)["text"] for line in run.stdout.splitlines()] == want
+    run = cli(node, str(pkg), "--target-lang", "xx_Yyyy", "Hello")
+    assert run.returncode == 2 and "not one of this model's 3 language codes" in run.stderr
+
+
+def test_js_close_matches_are_difflibs(node):
+    """The JS port of difflib.get_close_matches (SequenceMatcher's ratio, autojunk past 200
+    characters, ties broken as heapq.nlargest breaks them) picks what Python's picks."""
+    import difflib
+    import random
+
+    rng = random.Random(0)
+    alphabet = "abcdeLatn_ÄЖ"
+    codes = ["".join(rng.choices(alphabet, k=rng.randint(2, 9))) for _ in range(300)]
+    codes += ["eng_Latn", "deu_Latn", "fra_Latn", "en_XX", "de_DE", "zho_Hans", "zho_Hant"]
+    words = [rng.choice(codes)[: rng.randint(1, 8)] + rng.choice(["", "x", "_Latn"])
+             for _ in range(150)]  # fmt: skip
+    words += ["deu_latn", "Latn", "", "a" * 250, "eng_Latn" * 40, "zho_Han"]
+    script = (
+        "const { closeMatches } = await import(process.argv[1]);"
+        "const [words, codes] = JSON.parse(process.argv[2]);"
+        "console.log(JSON.stringify(words.map((w) => closeMatches(w, codes, 5, 0.5))));"
+    )
+    cmd = [node, "--input-type=module", "-e", script, (JS / "languages.mjs").as_uri(),
+           json.dumps([words, codes])]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    for word, got in zip(words, json.loads(run.stdout)):
+        assert got == difflib.get_close_matches(word, codes, n=5, cutoff=0.5), word
+
+
 # ---------------------------------------------------------------- one contract (issue 51 item 2)
 
 
@@ -581,6 +764,34 @@ def hostile_packages(ed_package, lm_package, root: Path) -> list[tuple[str, Path
         shutil.copytree(lm_package, dst)
         th.rewrite(dst, "generation_config.json", json.dumps(gen | change))
         out.append((f"generation_config {name}", dst))
+    # the translators' model fields (issue 48): encoder-decoder only, each with its rule
+    for pkg, path, value in [
+        (lm_package, "model.layernorm_embedding", True),
+        (lm_package, "model.positional", "relative"),
+        (ed_package, "model.relative_attention_num_buckets", 8),
+        (ed_package, "model.separate_positions", True),
+        (ed_package, "model.head_scale", -1.0),
+        (ed_package, "model.head_scale", "0.1"),
+    ]:  # fmt: skip
+        tampered(pkg, tr._set(path, value), f"{pkg.name} {path} {value}")
+    # an encoder-decoder's forced first token and minimum length (issue 48): applied, or refused
+    gen = json.loads((ed_package / "generation_config.json").read_text())
+    for name, change in [("forced_bos_token_id 5", {"forced_bos_token_id": 5}),
+                         ("forced_bos_token_id [7]", {"forced_bos_token_id": [7]}),
+                         ("min_length 4", {"min_length": 4}),
+                         ("forced bos and min_length", {"forced_bos_token_id": 9,
+                                                         "min_length": 5}),
+                         ("min_length 0", {"min_length": 0}),
+                         ("forced_bos_token_id beyond vocab", {"forced_bos_token_id": 10**6}),
+                         ("forced_bos_token_id text", {"forced_bos_token_id": "<s>"}),
+                         ("forced_bos_token_id [1, 2]", {"forced_bos_token_id": [1, 2]}),
+                         ("min_length -1", {"min_length": -1}),
+                         ("min_length text", {"min_length": "4"}),
+                         ("min_length past max", {"min_length": 7})]:  # fmt: skip
+        dst = root / f"p{next(n)}"
+        shutil.copytree(ed_package, dst)
+        th.rewrite(dst, "generation_config.json", json.dumps(gen | change))
+        out.append((f"ed generation_config {name}", dst))
     return out
 
 

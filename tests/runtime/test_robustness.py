@@ -283,6 +283,21 @@ def _set(path: str, value):
         (_set("files", "weights.data"), "files must be a JSON object"),
         (_set("min_onnxruntime", 1.2), "min_onnxruntime must be a version string"),
         (_set("task", []), "task must be a JSON object"),
+        # a translator's frame and languages (core/languages.py)
+        (_set("task.languages", {"deu_Latn": 10**6}), "task.languages must map language codes"),
+        (_set("task.languages", {"": 5}), "task.languages must map language codes"),
+        (_set("task.languages", {"x" * 65: 5}), "task.languages must map language codes"),
+        (_set("task.languages", {"deu_Latn": -1}), "task.languages must map language codes"),
+        (_set("task.languages", ["deu_Latn"]), "task.languages must map language codes"),
+        (_set("task.languages", None), "task.languages must map language codes"),
+        (_set("task.source_lang", "xx_Yyyy"), "task.source_lang 'xx_Yyyy' is not in"),
+        (_set("task.source_lang", ["x"]), "is not in task.languages"),
+        (_set("task.source_prefix", [0, "1"]), "task.source_prefix must be a list of token ids"),
+        (_set("task.source_prefix", 5), "task.source_prefix must be a list of token ids"),
+        (_set("task.source_suffix", [10**6]), "task.source_suffix must be a list of token ids"),
+        (_set("task.source_suffix", [2] * 17), "task.source_suffix lists 17 ids"),
+        (_set("task.target_lang_position", "end"), "task.target_lang_position must be"),
+        (_set("task.target_lang_position", None), "task.target_lang_position must be"),
     ],
 )
 def test_config_schema(edit, key, ed_package, tmp_path):
