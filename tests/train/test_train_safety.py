@@ -212,10 +212,13 @@ def test_every_model_field_is_a_train_flag():
     m = cfg.model
     assert (m.d_model, m.tie_embeddings, m.layer_norm_eps) == (64, False, 1e-6)
     assert (m.norm, m.positional) == ("pre", "rotary")
+    from edgeformer.train.config import DERIVED
+
     flags = {a.dest for a in parser._actions}
-    assert {"family", "pad_id", "bos_id", "eos_id"}.isdisjoint(flags)  # set by task / tokenizer
-    derived = {"family", "pad_id", "bos_id", "eos_id"}
-    assert {f for f in ModelConfig.__dataclass_fields__ if f not in derived} <= flags
+    # set by the task / tokenizer (training has one tokenizer: no src_vocab_size)
+    assert set(DERIVED) == {"family", "pad_id", "bos_id", "eos_id", "src_vocab_size"}
+    assert set(DERIVED).isdisjoint(flags)
+    assert {f for f in ModelConfig.__dataclass_fields__ if f not in DERIVED} <= flags
 
 
 # ----------------------------------------------------------------------------- export RUN_DIR
