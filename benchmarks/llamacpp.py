@@ -29,6 +29,14 @@ QUANTS = {"q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
 CTX_BLOCK = 256  # context sizes are rounded up to this (per sequence)
 
 
+def _whitespace_vocab(model) -> None:
+    """The converter's whitespace vocabulary writer, plus one merge: a word-level tokenizer has
+    none, and llama.cpp's loader of this (BPE-typed) vocabulary requires the key. The merge is
+    never applied: the bench gives llama.cpp token ids, not text."""
+    model._set_vocab_whitespace()
+    model.gguf_writer.add_token_merges(["t 0"])
+
+
 def convert(vendor: Path, hf: Path, out: Path) -> None:
     """llama.cpp's convert_hf_to_gguf.py, in this process (see the module docstring)."""
     import runpy
@@ -41,7 +49,14 @@ def convert(vendor: Path, hf: Path, out: Path) -> None:
 
     def whitespace_vocab(*args, **kwargs):
         cls = found(*args, **kwargs)
-        return type(cls.__name__, (cls,), {"set_vocab": lambda self: self._set_vocab_whitespace()})
+        body = {
+            "model_arch": cls.model_arch,
+            "set_vocab": _whitespace_vocab,
+            # the writer reads the tokens through get_vocab_base, whose pre-tokenizer check
+            # knows hashes of published tokenizers only: ours is pinned, as the writer pins it
+            "get_vocab_base_pre": lambda self, tokenizer: "whitespace",
+        }
+        return type(cls.__name__, (cls,), body)
 
     conversion.get_model_class = whitespace_vocab
     sys.argv = ["convert_hf_to_gguf.py", str(hf), "--outfile", str(out), "--outtype", "f32"]
