@@ -276,8 +276,11 @@ def real_tokenizer(hf: dict, path: Path) -> None:
     specials = {v: k for k, v in real_specials(hf).items()}
     named = {"<pad>": "pad_token", "<s>": "bos_token", "</s>": "eos_token", "<unk>": "unk_token"}
     kw = {named[t]: t for t in specials}
-    # an LM config names no unknown token: EOS stands in (CTranslate2's converter needs one)
+    # an LM config names no unknown token: EOS stands in (CTranslate2's converter needs one);
+    # nor a padding one: EOS too (HF generate pads with it), else a model's tokenizer class
+    # adds its own (Qwen2Tokenizer: '<|endoftext|>', a 151,937th token CTranslate2 refuses)
     kw["unk_token"] = kw.get("unk_token") or kw.get("eos_token") or vocab[0]
+    kw["pad_token"] = kw.get("pad_token") or kw.get("eos_token") or vocab[0]
     tok = _word_tokenizer(vocab, kw["unk_token"])
     PreTrainedTokenizerFast(tokenizer_object=tok, **kw).save_pretrained(path)
 
