@@ -140,7 +140,8 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
         Stack("genai-int4", "peers", "int4", "hf-torch-llama", genai("int4"),
               partial(runners.load_genai, precision="int4"), og, **llama),
     ]  # fmt: skip
-    own_llama: dict[str, Any] = dict(env="llamacpp", shared=gguf_f32, **llama)
+    no_ed = "llama.cpp runs decoder-only models (its converter has no Marian)"
+    own_llama: dict[str, Any] = dict(env="llamacpp", shared=gguf_f32, **{**llama, "note": no_ed})
     for quant, precision in (("q8_0", "int8"), ("q4_0", "int4"), ("q4_k_m", "int4")):
         stacks.append(Stack(f"llamacpp-{quant}", "peers", precision, "hf-torch-llama",
                             gguf(quant), partial(runners.load_llamacpp, quant=quant),

@@ -111,7 +111,7 @@ def test_llamacpp_stacks_skip_with_the_reason_when_no_environment(tmp_path, monk
     reason = skip_reason(get_stack("llamacpp-q4_0"), job.shape, job)
     assert reason and "--make-llama-env" in reason
     ed = skip_reason(get_stack("llamacpp-q4_0"), get_shape("ed", quick=True), job)
-    assert ed and "encoder-decoder" in ed
+    assert ed and "decoder-only" in ed
     assert "no such interpreter" in (llama_env.problem(str(tmp_path / "py")) or "")
 
 
