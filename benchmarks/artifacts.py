@@ -281,6 +281,8 @@ def real_tokenizer(hf: dict, path: Path) -> None:
     # adds its own (Qwen2Tokenizer: '<|endoftext|>', a 151,937th token CTranslate2 refuses)
     kw["unk_token"] = kw.get("unk_token") or kw.get("eos_token") or vocab[0]
     kw["pad_token"] = kw.get("pad_token") or kw.get("eos_token") or vocab[0]
+    if "bos_token_id" in hf and hf.get("bos_token_id") == hf.get("eos_token_id"):
+        kw["bos_token"] = kw["eos_token"]  # one token both (SmolLM2, Qwen2.5 base, GPT-2)
     tok = _word_tokenizer(vocab, kw["unk_token"])
     PreTrainedTokenizerFast(tokenizer_object=tok, **kw).save_pretrained(path)
 
