@@ -56,6 +56,12 @@ def _cached(path: Path, key: dict, build: Callable[[Path], None]) -> Path:
     return path
 
 
+def shape_key(shape: Shape) -> dict:
+    """What a shape's built files depend on: our config, and a real shape's HF config."""
+    key = shape.cfg.to_dict()
+    return {**key, "hf": shape.hf} if shape.hf is not None else key
+
+
 def _word_tokenizer(vocab: list[str], unk: str):
     """A whitespace word-level `tokenizers` tokenizer over a fixed token list (ids = positions)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -97,7 +103,7 @@ def our_checkpoint(shape: Shape, work: Path) -> Path:
         torch.manual_seed(SEED)
         save_checkpoint(path, build_model(shape.cfg).eval(), tok_path)
 
-    return _cached(work / f"{shape.name}-checkpoint", shape.cfg.to_dict(), build)
+    return _cached(work / f"{shape.name}-checkpoint", shape_key(shape), build)
 
 
 def converted_checkpoint(hf: Path, path: Path, key: dict) -> Path:
@@ -115,7 +121,7 @@ def hf_checkpoint(shape: Shape, work: Path) -> Path:
     """The shape's Hugging Face model (Marian / GPT-2, `hf_model_dir`) as an edgeformer checkpoint:
     the weights and vocabulary of hf-torch, Optimum and CTranslate2."""
     hf = hf_model_dir(shape, work)
-    return converted_checkpoint(hf, work / f"{shape.name}-hf-checkpoint", shape.cfg.to_dict())
+    return converted_checkpoint(hf, work / f"{shape.name}-hf-checkpoint", shape_key(shape))
 
 
 def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...]) -> Path:
@@ -158,7 +164,7 @@ def our_package(
     shape: Shape, work: Path, variants: tuple[str, ...] = ("fp32",), from_hf: bool = False
 ) -> Path:
     """Our checkpoint of the shape exported: the converted HF model's (`from_hf`), else ours."""
-    key = {"cfg": shape.cfg.to_dict()}
+    key = {"cfg": shape_key(shape)}
     if from_hf:
         ckpt, name = hf_checkpoint(shape, work), f"{shape.name}-hf-package"
     else:
@@ -225,12 +231,72 @@ def hf_vocab(shape: Shape) -> list[str]:
     return ["<unk>"] + [f"t{i}" for i in range(1, V - 1)] + ["<|endoftext|>"]
 
 
+def real_specials(hf: dict) -> dict[int, str]:
+    """A real shape's special tokens by id, from its config (the rest are words t<id>)."""
+    names = {}
+    fields = (("pad_token_id", "<pad>"), ("bos_token_id", "<s>"), ("eos_token_id", "</s>"))
+    for key, token in fields:
+        ids = hf.get(key)
+        for i in ids if isinstance(ids, list) else [ids]:
+            if isinstance(i, int) and 0 <= i < hf["vocab_size"]:
+                names[i] = token  # eos wins when it is bos too (GPT-2, SmolLM2, Qwen2.5 base)
+    if hf.get("model_type") == "marian":
+        names.setdefault(1, "<unk>")
+    return names
+
+
+def real_vocab(hf: dict) -> list[str]:
+    specials = real_specials(hf)
+    return [specials.get(i, f"t{i}") for i in range(hf["vocab_size"])]
+
+
+def real_model(shape: Shape, path: Path) -> None:
+    """A real shape's random-weight model (seed SEED, float32, the architecture's own init) and a
+    word-level tokenizer over its vocabulary with its special tokens at the config's ids."""
+    import torch
+    import transformers
+
+    assert shape.hf is not None
+    hf = {k: v for k, v in shape.hf.items() if not k.startswith("_")}
+    config = transformers.AutoConfig.for_model(**hf)
+    cls = getattr(transformers, hf["architectures"][0])
+    torch.manual_seed(SEED)
+    model = cls(config).float().eval()
+    model.config.dtype = torch.float32
+    model.save_pretrained(path)
+    real_tokenizer(hf, path)
+
+
+def real_tokenizer(hf: dict, path: Path) -> None:
+    """A word-level tokenizer over a real shape's vocabulary, its special tokens at the
+    config's ids, saved with transformers (tokenizer.json, tokenizer_config.json)."""
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = real_vocab(hf)
+    specials = {v: k for k, v in real_specials(hf).items()}
+    named = {"<pad>": "pad_token", "<s>": "bos_token", "</s>": "eos_token", "<unk>": "unk_token"}
+    kw = {named[t]: t for t in specials}
+    # an LM config names no unknown token: EOS stands in (CTranslate2's converter needs one);
+    # nor a padding one: EOS too (HF generate pads with it), else a model's tokenizer class
+    # adds its own (Qwen2Tokenizer: '<|endoftext|>', a 151,937th token CTranslate2 refuses)
+    kw["unk_token"] = kw.get("unk_token") or kw.get("eos_token") or vocab[0]
+    kw["pad_token"] = kw.get("pad_token") or kw.get("eos_token") or vocab[0]
+    if "bos_token_id" in hf and hf.get("bos_token_id") == hf.get("eos_token_id"):
+        kw["bos_token"] = kw["eos_token"]  # one token both (SmolLM2, Qwen2.5 base, GPT-2)
+    tok = _word_tokenizer(vocab, kw["unk_token"])
+    PreTrainedTokenizerFast(tokenizer_object=tok, **kw).save_pretrained(path)
+
+
 def hf_model_dir(shape: Shape, work: Path) -> Path:
-    """The random-weight HF model (seed SEED) and a matching fast tokenizer, save_pretrained."""
+    """The random-weight HF model (seed SEED) and a matching fast tokenizer, save_pretrained:
+    a real shape's architecture from its config (`real_model`), else Marian / GPT-2."""
 
     def build(path: Path) -> None:
         if OWN_ENV:
             raise RuntimeError(f"{path} is built by the bench's own environment, not this one")
+        if shape.hf is not None:
+            real_model(shape, path)
+            return
         import torch
         from transformers import GPT2LMHeadModel, MarianMTModel, PreTrainedTokenizerFast
 
@@ -246,7 +312,7 @@ def hf_model_dir(shape: Shape, work: Path) -> Path:
         tok = _word_tokenizer(vocab, specials["unk_token"])
         PreTrainedTokenizerFast(tokenizer_object=tok, **specials).save_pretrained(path)
 
-    return _cached(work / f"{shape.name}-hf", shape.cfg.to_dict(), build)
+    return _cached(work / f"{shape.name}-hf", shape_key(shape), build)
 
 
 def optimum_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
@@ -264,7 +330,7 @@ def optimum_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
             if (hf / f).is_file():
                 shutil.copy(hf / f, path / f)
 
-    fp32 = _cached(work / f"{shape.name}-optimum-fp32", shape.cfg.to_dict(), export)
+    fp32 = _cached(work / f"{shape.name}-optimum-fp32", shape_key(shape), export)
     if not int8:
         return fp32
 
@@ -283,7 +349,7 @@ def optimum_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
             if f.suffix == ".json":
                 shutil.copy(f, path / f.name)
 
-    return _cached(work / f"{shape.name}-optimum-int8", shape.cfg.to_dict(), quantize)
+    return _cached(work / f"{shape.name}-optimum-int8", shape_key(shape), quantize)
 
 
 def ct2_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
@@ -300,7 +366,7 @@ def ct2_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
             )
 
     name = f"{shape.name}-ct2-{'int8' if int8 else 'fp32'}"
-    return _cached(work / name, shape.cfg.to_dict(), convert)
+    return _cached(work / name, shape_key(shape), convert)
 
 
 # ---- CTranslate2 on a trained package's own weights (the frontier) ----------------------------
@@ -509,6 +575,8 @@ def llama_dir(shape: Shape, work: Path) -> Path:
     """The random-weight LlamaForCausalLM (seed SEED) and its tokenizer, save_pretrained."""
     if shape.is_ed:
         raise ValueError("onnxruntime-genai's builder has no encoder-decoder text model")
+    if shape.hf is not None:  # a real shape's model is the one every stack runs
+        return hf_model_dir(shape, work)
 
     def build(path: Path) -> None:
         import torch
@@ -520,7 +588,7 @@ def llama_dir(shape: Shape, work: Path) -> Path:
         specials = dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>")
         PreTrainedTokenizerFast(tokenizer_object=tok, **specials).save_pretrained(path)
 
-    return _cached(work / f"{shape.name}-llama-hf", shape.cfg.to_dict(), build)
+    return _cached(work / f"{shape.name}-llama-hf", shape_key(shape), build)
 
 
 LLAMA_VARIANTS = ("fp32", "int8", "int4")  # the variants of our Llama package (CPU)
@@ -529,7 +597,7 @@ LLAMA_VARIANTS = ("fp32", "int8", "int4")  # the variants of our Llama package (
 def llama_checkpoint(shape: Shape, work: Path) -> Path:
     """The Llama that onnxruntime-genai converts (`llama_dir`), as an edgeformer checkpoint."""
     hf = llama_dir(shape, work)
-    return converted_checkpoint(hf, work / f"{shape.name}-llama-checkpoint", shape.cfg.to_dict())
+    return converted_checkpoint(hf, work / f"{shape.name}-llama-checkpoint", shape_key(shape))
 
 
 def llama_package_for(job) -> Path:
@@ -537,7 +605,7 @@ def llama_package_for(job) -> Path:
     variants of LLAMA_VARIANTS that the run's stacks need (fp32 always)."""
     variants = tuple(v for v in job.variants if v in LLAMA_VARIANTS) or ("fp32",)
     ckpt = llama_checkpoint(job.shape, job.work)
-    key = {"cfg": job.shape.cfg.to_dict()}
+    key = {"cfg": shape_key(job.shape)}
     return exported_package(ckpt, job.work / f"{job.shape.name}-llama-package", key, variants)
 
 
@@ -560,8 +628,50 @@ def genai_dir(shape: Shape, work: Path, precision: str) -> Path:
             tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
             raise RuntimeError(f"onnxruntime-genai builder exit {p.returncode}: {tail[0][:300]}")
 
-    key = {"cfg": shape.cfg.to_dict(), "precision": precision}
+    key = {"cfg": shape_key(shape), "precision": precision}
     return _cached(work / f"{shape.name}-genai-{precision}", key, build)
+
+
+# ---- llama.cpp: the same model converted by its own converter, quantized by its quantizer ----
+
+
+def gguf_f32(shape: Shape, work: Path, vendor: Path) -> Path:
+    """llama.cpp's convert_hf_to_gguf.py (`vendor`: the llama.cpp sources) on the model of the
+    Llama stacks (`llama_dir`: the small LM's Llama, or a real shape's own model), f32, under
+    this interpreter (benchmarks.llamacpp); the llamacpp-* stacks quantize it."""
+    hf = llama_dir(shape, work)
+
+    def build(path: Path) -> None:
+        if OWN_ENV:
+            raise RuntimeError(f"{path} is built by the bench's own environment, not this one")
+        path.mkdir(parents=True)
+        cmd = [sys.executable, "-m", "edgeformer.benchmarks.llamacpp", "convert", str(vendor),
+               str(hf), str(path / "model.gguf")]  # fmt: skip
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+        if p.returncode or not (path / "model.gguf").is_file():
+            tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"convert_hf_to_gguf exit {p.returncode}: {tail[0][:300]}")
+
+    key = {"cfg": shape_key(shape), "converter": str(vendor)}
+    return _cached(work / f"{shape.name}-gguf-f32", key, build)
+
+
+def gguf_quantized(shape: Shape, work: Path, quant: str, threads: int = 2) -> Path:
+    """`gguf_f32` quantized by llama.cpp (benchmarks.llamacpp.quantize; in llama.cpp's
+    environment): the folder holding model.gguf."""
+    src = work / f"{shape.name}-gguf-f32"
+
+    def build(path: Path) -> None:
+        from .llamacpp import quantize
+
+        if not (src / "model.gguf").is_file():
+            raise RuntimeError(f"{src} missing: the f32 GGUF is converted first")
+        path.mkdir(parents=True)
+        quantize(src / "model.gguf", path / "model.gguf", quant, threads)
+
+    key = {"cfg": shape_key(shape), "quant": quant}
+    return _cached(work / f"{shape.name}-llamacpp-{quant}", key, build)
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@
     python -m edgeformer.benchmarks.child floor JOB    the fp32 step's weight-streaming floor
     python -m edgeformer.benchmarks.child build JOB    a stack's files, in its own environment
     python -m edgeformer.benchmarks.child overhead JOB W1's time outside session.run (--profile)
+    python -m edgeformer.benchmarks.child bandwidth JOB the host's memory bandwidth (floor.py)
 
 JOB is a `settings.Job` as JSON. Each child imports only what its stack needs (no torch for our
 runtime), as a deployment of that stack would. It runs under the stack's interpreter
@@ -161,6 +162,14 @@ def floor(job: Job) -> int:
     return 0
 
 
+def bandwidth(job: Job) -> int:
+    """floor.bandwidth with the run's threads, in a process holding no model."""
+    from .floor import bandwidth as measure_bandwidth
+
+    print(json.dumps(measure_bandwidth(job.threads)), flush=True)
+    return 0
+
+
 def build(job: Job) -> int:
     """Build the stack's files in this (its own) environment; files it shares with the other
     stacks (the HF model) were built by the bench's environment and are only read."""
@@ -293,6 +302,11 @@ def child_floor(job: Job, timeout: float = 600) -> dict:
     return _child_json("floor", job, timeout)
 
 
+def child_bandwidth(job: Job, timeout: float = 300) -> dict:
+    """Run `bandwidth` in a fresh process of the bench's interpreter."""
+    return _child_json("bandwidth", job.with_stack("edgeformer-fp32"), timeout)
+
+
 def child_build(job: Job, timeout: float = 1800) -> None:
     """Run `build` in the stack's environment; raises with the child's last line on failure."""
     out = _child_json("build", job, timeout)
@@ -324,7 +338,7 @@ def _child_json(mode: str, job: Job, timeout: float) -> dict:
 def main(argv: list[str]) -> int:
     mode, job = argv[0], Job.from_json(argv[1])
     modes = {"serve": serve, "memory": memory, "floor": floor, "build": build}
-    return {**modes, "overhead": overhead}[mode](job)
+    return {**modes, "overhead": overhead, "bandwidth": bandwidth}[mode](job)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import files, measure, optimum_env, report, targets
-from .child import Worker, child_build, child_floor, child_overhead, child_peak_rss
+from . import files, llama_env, measure, optimum_env, report, targets
+from .child import (
+    Worker,
+    child_bandwidth,
+    child_build,
+    child_floor,
+    child_overhead,
+    child_peak_rss,
+)
 from .files import FileBatching
 from .runners import quiet_libraries
 from .settings import DEFAULT_OUT, ISOLATION_MODES, MEMORY_MODES, SPINNING, Job, Settings
-from .shapes import WORKLOADS, Shape, get_shape, sweep_workload
+from .shapes import REAL_SHAPES, WORKLOADS, Shape, fits, get_shape, resolve_shape, sweep_workload
 from .stacks import (
     Stack,
     cuda_available,
@@ -41,13 +48,19 @@ from .stacks import (
 
 def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
     p.add_argument(
-        "--shapes", default="ed,lm", help="ed, lm or both, comma-separated (default: ed,lm)"
+        "--shapes",
+        "--shape",
+        default="ed,lm",
+        help="comma-separated: ed, lm (small shapes), real (the three below), "
+        f"{', '.join(REAL_SHAPES)} (random weights at those models' shapes), or a Hugging Face "
+        "config.json (random weights at its shape) (default: ed,lm)",
     )
     p.add_argument(
         "--workloads",
         default=None,
-        help="W1,W2,W3,sweep,file (file: a test set through translate_file; none: quality only) "
-        "(default: all five; none with --frontier)",
+        help="W1,W2,W3,W4,sweep,file (W4: a 512-token prompt; file: a test set through "
+        "translate_file; none: quality only) (default: W1,W2,W3,sweep,file; real shapes "
+        "W1,W2,W4; none with --frontier)",
     )
     p.add_argument(
         "--stacks",
@@ -57,7 +70,12 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         "genai-int4, hf-torch-llama, ...) (default: all)",
     )
     p.add_argument("--threads", type=int, default=2, help="threads for every stack (default: 2)")
-    p.add_argument("--rounds", type=int, default=None, help="timed rounds (default: 7; --quick 2)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="timed rounds (default: 7; real shapes 3; --quick 2)",
+    )
     p.add_argument("--warmup", type=int, default=None, help="untimed calls (default: 2; --quick 1)")
     p.add_argument(
         "--sweep-batches",
@@ -136,6 +154,21 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         "minutes), then run the optimum-* stacks in it (default: none)",
     )
     p.add_argument(
+        "--llama-python",
+        default=None,
+        help="the interpreter (or virtual environment folder) of llama.cpp's own environment, "
+        f"where the llamacpp-* stacks run (default: ${llama_env.ENV_VAR}, else "
+        f"{llama_env.DEFAULT_ENV} if it exists, else those stacks are skipped)",
+    )
+    p.add_argument(
+        "--make-llama-env",
+        default=None,
+        metavar="DIR",
+        help="create llama.cpp's environment in DIR unless it is there (builds llama-cpp-python "
+        "from its sdist: many minutes on 2 cores, the wheel is kept in DIR/wheels), then run the "
+        "llamacpp-* stacks in it (default: none)",
+    )
+    p.add_argument(
         "--quality-ed",
         default=None,
         help="translation package: its Multi30k BLEU next to its speed (default: none)",
@@ -183,13 +216,16 @@ def _shapes(settings: Settings) -> list[tuple[Shape, Path | None, Path | None]]:
     out = []
     for name in names:
         cfg, pkg, ckpt = given.get(name, (None, None, None))
-        out.append((get_shape(name, settings.quick, cfg), pkg, ckpt))
+        shape = get_shape(name, settings.quick, cfg) if cfg else resolve_shape(name, settings.quick)
+        out.append((shape, pkg, ckpt))
     return out
 
 
 def run(args) -> int:
     if args.make_optimum_env:
         args.optimum_python = optimum_env.ensure(args.make_optimum_env)
+    if args.make_llama_env:
+        args.llama_python = llama_env.ensure(args.make_llama_env)
     return bench(Settings.from_args(args))
 
 
@@ -218,11 +254,13 @@ def bench(settings: Settings) -> int:
         "sweep": [],
         "file": [],
     }
-    if settings.optimum_python and any(elsewhere(s, settings) for s in stacks):
+    if settings.optimum_python and any(s.env == "optimum" for s in stacks):
         results["meta"]["optimum_env"] = optimum_env.describe(settings.optimum_python)
+    if settings.llama_python and any(s.env == "llamacpp" for s in stacks):
+        results["meta"]["llama_env"] = llama_env.describe(settings.llama_python)
     try:
         for shape, pkg, ckpt in _shapes(settings) if settings.workloads else []:
-            fixed = [w for w in settings.fixed_workloads() if shape.family in w.families]
+            fixed = [w for w in settings.fixed_workloads() if fits(w, shape)]
             job = Job(
                 "", shape, work, settings, pkg, ckpt, package_variants(stacks),
                 tuple((w.batch, w.src_len, w.new_tokens) for w in fixed),
@@ -264,6 +302,9 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
     stacks = [for_job(s, job) for s in stacks]  # ours: the peers' weights and ids, unless --package
     print(f"== {shape.describe()}" + (f" (package {job.package})" if job.package else ""))
     results["shapes"][shape.name] = {**shape.cfg.to_dict(), "package": str(job.package or "")}
+    if shape.hf is not None:  # a real shape: the HF config of its random-weight model
+        results["shapes"][shape.name]["real"] = shape.describe()
+        results["shapes"][shape.name]["hf_config"] = shape.hf
     info: dict[str, dict] = {}
     results["stacks"][shape.name] = info
     ready: list[Stack] = []
@@ -282,7 +323,7 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
         except Exception as e:  # a stack that cannot be built is reported, not fatal
             _skip(info, s, f"build failed: {_err(e)}")
 
-    workloads = [w for w in settings.fixed_workloads() if shape.family in w.families]
+    workloads = [w for w in settings.fixed_workloads() if fits(w, shape)]
     if settings.memory == "subprocess":
         for s in ready:
             info[s.name]["memory"] = child_peak_rss(job.with_stack(s.name))
@@ -303,6 +344,9 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
             print(f"  skip {s.name}: {info[s.name]['reason']}")
 
     by_name = {s.name: s for s in stacks}
+    if shape.real:  # the physical floor: bytes per step (files) and the host's bandwidth
+        _step_bytes(runners, info)
+        bandwidths = [child_bandwidth(job)]
     for w in workloads:
         live = _healthy(runners, shape, w, by_name, info)
         inputs = {k: inputs_for(by_name[k], shape, w.batch, w.src_len) for k in live}
@@ -323,6 +367,11 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
                     **rec,
                 }  # fmt: skip
             )
+    if shape.real:
+        bandwidths.append(child_bandwidth(job))  # before and after: the best of both
+        results.setdefault("bandwidth", {})[shape.name] = _floors(
+            bandwidths, info, [r for r in results["workloads"] if r["shape"] == shape.name]
+        )
     if "sweep" in settings.workloads:
         for b in settings.sweep_batches:
             w = sweep_workload(b)
@@ -345,6 +394,38 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
     gc.collect()
     if settings.profile:
         results.setdefault("profile", {})[shape.name] = _profile(job, [s.name for s in ready])
+
+
+def _step_bytes(runners: dict, info: dict) -> None:
+    """Each loaded stack's bytes read per decode step, from its files (floor.step_bytes)."""
+    from .floor import step_bytes
+
+    for name, r in runners.items():
+        try:
+            found = step_bytes(list(r.files))
+        except Exception as e:
+            info[name]["step_bytes_error"] = _err(e)
+            continue
+        if found:
+            info[name]["step_mb"], info[name]["step_bytes_from"] = found[0] / 1e6, found[1]
+
+
+def _floors(bandwidths: list[dict], info: dict, rows: list[dict]) -> dict:
+    """The host's bandwidth (the best of the measurements) and, on every workload row of a
+    stack whose step bytes are known, its floor ms/token and decode ms/token ÷ floor."""
+    good = [b for b in bandwidths if "best_gbps" in b]
+    out = {"measurements": bandwidths}
+    if not good:
+        return out
+    gbps = max(b["best_gbps"] for b in good)
+    out["best_gbps"] = gbps
+    for r in rows:
+        mb = info.get(r["stack"], {}).get("step_mb")
+        if mb:
+            floor = mb / gbps  # MB / (GB/s) = ms
+            r["floor_ms"] = floor
+            r["floor_ratio"] = r["decode_ms_per_token"]["median"] / floor
+    return out
 
 
 def _bench_files(runners: dict, shape: Shape, settings: Settings, info: dict, results: dict):

@@ -146,12 +146,14 @@ print(json.dumps(out))
 
 
 @cache
-def probe(python: str) -> dict:
-    """What the interpreter `python` has: {"python", "missing": MODULES it cannot import,
-    "versions": VERSIONS, "edgeformer": the benchmarks folder it imports}, or {"error"}."""
+def probe(
+    python: str, modules: tuple[str, ...] = MODULES, versions: tuple[str, ...] = VERSIONS
+) -> dict:
+    """What the interpreter `python` has: {"python", "missing": `modules` it cannot import,
+    "versions": of `versions`, "edgeformer": the benchmarks folder it imports}, or {"error"}."""
     if not Path(python).exists():
         return {"error": f"no such interpreter: {python}"}
-    cmd = [python, "-c", _PROBE, json.dumps(MODULES), json.dumps(VERSIONS)]
+    cmd = [python, "-c", _PROBE, json.dumps(modules), json.dumps(versions)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:

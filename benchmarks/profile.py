@@ -41,7 +41,8 @@ def _stepper(session, cfg, past: int, src: int, rng):
             .astype(np.float32) for n in cross_names(L)
         }  # fmt: skip
         static |= source_lengths(graph, np.ones((1, src), np.int64))
-    dec = CachedDecoder(graph, cfg.family, L, H, D, cfg.max_len, 1, static)
+    G, Dh = (H, D) if ed else (cfg.kv_heads, cfg.head_dim)  # an LM's cache: its KV heads
+    dec = CachedDecoder(graph, cfg.family, L, G, Dh, cfg.max_len, 1, static)
     ids = rng.integers(4, cfg.vocab_size, (1, past), dtype=np.int64)
     if ed:  # its decoder takes one token per call
         dec.prefill(ids[:, :1], np.ones_like(ids[:, :1]))

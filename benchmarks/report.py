@@ -118,17 +118,21 @@ def markdown(results: dict) -> str:
         lines += _protocol_md(st)
     for shape, cfg in results["shapes"].items():
         stacks = results["stacks"][shape]
-        lines += [f"## {shape.upper()}: {_shape_line(cfg)}", ""]
+        title = cfg.get("real") or f"{shape.upper()}: {_shape_line(cfg)}"
+        lines += [f"## {title}", ""]
         for w in dict.fromkeys(r["workload"] for r in results["workloads"] if r["shape"] == shape):
             rows = [r for r in results["workloads"] if r["shape"] == shape and r["workload"] == w]
             r0 = rows[0]
+            floor = any("floor_ms" in r for r in rows)
             lines += [
                 f"### {w}: batch {r0['batch']}, {r0['src_len']}-token "
-                f"{'source' if shape == 'ed' else 'prompt'}, {r0['new_tokens']} new tokens",
+                f"{'source' if cfg['family'] == 'encoder-decoder' else 'prompt'}, "
+                f"{r0['new_tokens']} new tokens",
                 "",
                 "| stack | ms/token | min–max | TTFT ms | decode ms/tok | encoder ms | total ms "
-                "| tokens/s | agree | size MB | RSS loaded MB | RSS peak MB |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|",
+                "| tokens/s | agree | size MB | RSS loaded MB | RSS peak MB |"
+                + (" step MB | floor ms | ÷ floor |" if floor else ""),
+                "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" * 3 if floor else ""),
             ]
             for r in sorted(rows, key=lambda r: r["ms_per_token"]["median"]):
                 m, s = r["ms_per_token"], stacks[r["stack"]]
@@ -140,8 +144,26 @@ def markdown(results: dict) -> str:
                     f" | {_f(r['ttft_ms']['median'])} | {_f(r['decode_ms_per_token']['median'], 3)}"
                     f" | {_f(enc)} | {_f(r['total_ms']['median'], 1)} | {_f(r['tokens_per_s'], 0)}"
                     f" | {agree} | {_f(s.get('size_mb'))} | {loaded} | {peak} |"
+                    + (
+                        f" {_f(s.get('step_mb'), 1)} | {_f(r.get('floor_ms'), 2)} "
+                        f"| {_f(r.get('floor_ratio'), 2)} |"
+                        if floor
+                        else ""
+                    )
                 )
             lines.append("")
+        bw = (results.get("bandwidth") or {}).get(shape)
+        if bw and bw.get("best_gbps"):
+            each = ", ".join(
+                f"{m.get('best_gbps', 0):.1f}" for m in bw["measurements"] if "best_gbps" in m
+            )
+            lines += [
+                f"Floor: the host's memory bandwidth {bw['best_gbps']:.1f} GB/s (best of the "
+                f"STREAM-like measurements before and after this shape's workloads: {each}); "
+                "floor ms = step MB (the weights one decode step reads, from the stack's files) "
+                "÷ that; ÷ floor = decode ms/token ÷ floor ms (benchmarks/floor.py).",
+                "",
+            ]
         sweep = [r for r in results["sweep"] if r["shape"] == shape]
         if sweep:
             batches = sorted({r["batch"] for r in sweep})
@@ -346,7 +368,37 @@ def _targets_md(t: dict) -> list[str]:
             f"- ED file translation: {r['ours']} {r['ours_sps']:.1f} ÷ {r['peer']} "
             f"{r['peer_sps']:.1f} sentences/s = **{r['ratio']:.2f}** (target ≥ 1: {_met(r)})"
         )
-    return lines + [""] + _llama_md(t.get("llama_vs_genai") or [])
+    return lines + [""] + _real_md(t.get("real") or []) + _llama_md(t.get("llama_vs_genai") or [])
+
+
+REAL_GOALS = {
+    "best_vs_peers": "our best ÷ the best of genai-int4, ct2-int8, llama.cpp Q4_0 / Q4_K_M "
+    "(ms/token)",
+    "fp32_vs_floor": "edgeformer-fp32 decode ms/token ÷ its floor",
+    "ttft_512": "our best TTFT ÷ the best peer's, 512-token prompt",
+}
+
+
+def _real_md(rows: list[dict]) -> list[str]:
+    """The real-shape goals (targets.real_targets)."""
+    if not rows:
+        return []
+    lines = [
+        "### Real shapes, batch 1 (ratios of this run)",
+        "",
+        "| shape | workload | goal | ours | against | ratio | target |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ours = f"{r['ours']} {r['ours_ms']:.2f}"
+        against = (
+            f"floor {r['floor_ms']:.2f}" if "floor_ms" in r else f"{r['peer']} {r['peer_ms']:.2f}"
+        )
+        lines.append(
+            f"| {r['shape']} | {r['workload']} | {REAL_GOALS[r['goal']]} | {ours} | {against} "
+            f"| **{r['ratio']:.2f}** | ≤ {r['target']} ({_met(r)}) |"
+        )
+    return lines + [""]
 
 
 def _llama_md(rows: list[dict]) -> list[str]:

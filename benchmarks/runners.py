@@ -305,17 +305,21 @@ def _hf_encode(encoder):
 
 
 def load_hf_torch(job: Job) -> Runner:
-    """MarianMTModel (ED) or GPT2LMHeadModel (LM), eager PyTorch."""
+    """MarianMTModel (ED) or GPT2LMHeadModel (LM), or a real shape's own architecture, eager
+    PyTorch."""
     import torch
-    from transformers import GPT2LMHeadModel, MarianMTModel
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     torch.set_num_threads(job.threads)
     path = artifacts.hf_model_dir(job.shape, job.work)
-    cls = MarianMTModel if job.shape.is_ed else GPT2LMHeadModel
-    model = cls.from_pretrained(path).eval()
+    cls = AutoModelForSeq2SeqLM if job.shape.is_ed else AutoModelForCausalLM
+    model = cls.from_pretrained(path, dtype=torch.float32).eval()
     pad = model.config.pad_token_id
+    if pad is None:  # Llama / Qwen2 configs have none: generate pads with EOS
+        pad = model.config.eos_token_id
     encode = _hf_encode(model.get_encoder()) if job.shape.is_ed else None
-    return Runner(_hf_generate(model, job.shape.is_ed, pad), encode, [path / "model.safetensors"])
+    files = sorted(path.glob("*.safetensors"))
+    return Runner(_hf_generate(model, job.shape.is_ed, pad), encode, files)
 
 
 def load_hf_llama(job: Job) -> Runner:
@@ -507,3 +511,13 @@ def load_genai(job: Job, precision: str) -> Runner:
 
     files = sorted(f for f in path.iterdir() if f.suffix in (".onnx", ".data"))
     return Runner(generate, None, files)
+
+
+def load_llamacpp(job: Job, quant: str) -> Runner:
+    """llama.cpp (llama-cpp-python's bindings of llama.h) on the GGUF quantized at `quant`
+    (benchmarks.llamacpp: one context, a sequence per row, greedy with EOS banned)."""
+    from .llamacpp import load
+
+    path = artifacts.gguf_quantized(job.shape, job.work, quant, job.threads) / "model.gguf"
+    generate, close = load(path, job.threads)
+    return Runner(generate, None, [path], close=close)

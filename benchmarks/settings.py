@@ -18,8 +18,16 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from edgeformer.core.config import ModelConfig
 
-from . import optimum_env
-from .shapes import QUICK_SWEEP_BATCHES, SWEEP_BATCHES, WORKLOADS, Shape, Workload
+from . import llama_env, optimum_env
+from .shapes import (
+    QUICK_SWEEP_BATCHES,
+    SHAPE_GROUPS,
+    SWEEP_BATCHES,
+    WORKLOADS,
+    Shape,
+    Workload,
+    is_shape_spec,
+)
 
 # Results go under the working directory's runs/ (git-ignored in this repository), never into
 # the committed benchmarks/results/ unless that is given with --out.
@@ -28,6 +36,14 @@ SPINNING = {"default": None, "on": True, "off": False}
 MEMORY_MODES = ("subprocess", "delta", "off")
 ISOLATION_MODES = ("process", "none")
 DEFAULT_WORKLOADS = "W1,W2,W3,sweep,file"
+# real shapes (tens to hundreds of MB of weights per stack): batch 1 with a 16- and a 512-token
+# prompt, batch 8; fewer rounds (benchmarks/README.md, "Real shapes": ~30 min on 2 cores)
+REAL_WORKLOADS = "W1,W2,W4"
+REAL_ROUNDS = 3
+REAL_WARMUP = 1
+# RSS from the stacks' own processes (loaded, and peak after all runs), not a fresh process
+# that runs every workload once more (minutes per stack at these sizes)
+REAL_MEMORY = "delta"
 
 
 @dataclass(frozen=True)
@@ -55,16 +71,21 @@ class Settings:
     quality_limit: int | None = None
     # the optimum-* stacks' interpreter (Optimum's own environment: optimum_env); None: this one
     optimum_python: str | None = None
+    # the llamacpp-* stacks' interpreter (llama.cpp's own environment: llama_env); None: skipped
+    llama_python: str | None = None
     # translation packages for the quality / speed frontier, "PATH" or "NAME=PATH" (frontier.py)
     frontier: tuple[str, ...] = ()
 
     def __post_init__(self):
         for w in self.workloads:
             if w not in WORKLOADS and w not in ("sweep", "file"):
-                raise ValueError(f"unknown workload {w!r}; expected W1, W2, W3, sweep, file")
+                raise ValueError(f"unknown workload {w!r}; expected W1, W2, W3, W4, sweep, file")
         for s in self.shapes:
-            if s not in ("ed", "lm"):
-                raise ValueError(f"unknown shape {s!r}; expected ed, lm")
+            if not is_shape_spec(s):
+                known = ", ".join(["ed", "lm", *SHAPE_GROUPS, *SHAPE_GROUPS["real"]])
+                raise ValueError(
+                    f"unknown shape {s!r}; expected {known} or a Hugging Face config.json"
+                )
         if self.threads < 1:
             raise ValueError("--threads must be >= 1")
         if self.rounds < 1 or self.warmup < 0:
@@ -79,22 +100,29 @@ class Settings:
         """From `edgeformer bench`'s parsed arguments (benchmarks.cli.add_arguments)."""
         q = args.quick
         sweep = tuple(int(b) for b in _csv(args.sweep_batches or ""))
+        shapes = tuple(x for s in _csv(args.shapes) for x in SHAPE_GROUPS.get(s, (s,)))
+        real = bool(shapes) and all(s not in ("ed", "lm") for s in shapes)
         # --frontier alone runs only the frontier; --workloads adds the speed workloads
-        workloads = args.workloads or ("none" if args.frontier else DEFAULT_WORKLOADS)
+        default = REAL_WORKLOADS if real else DEFAULT_WORKLOADS
+        workloads = args.workloads or ("none" if args.frontier else default)
         return cls(
             quick=q,
-            shapes=tuple(_csv(args.shapes)),
+            shapes=shapes,
             workloads=tuple(w for w in _csv(workloads) if w.lower() != "none"),
             stacks=args.stacks,
             threads=args.threads,
-            rounds=args.rounds if args.rounds is not None else (2 if q else 7),
-            warmup=args.warmup if args.warmup is not None else (1 if q else 2),
+            rounds=args.rounds
+            if args.rounds is not None
+            else (2 if q else REAL_ROUNDS if real else 7),
+            warmup=args.warmup
+            if args.warmup is not None
+            else (1 if q else REAL_WARMUP if real else 2),
             sweep_batches=sweep or (QUICK_SWEEP_BATCHES if q else SWEEP_BATCHES),
             out=args.out,
             name=args.name,
             packages=tuple(args.package),
             checkpoints=tuple(args.checkpoint),
-            memory=args.memory or ("delta" if q else "subprocess"),
+            memory=args.memory or ("delta" if q else REAL_MEMORY if real else "subprocess"),
             spinning=SPINNING[args.spinning],
             isolation=args.isolation,
             profile=args.profile,
@@ -104,6 +132,7 @@ class Settings:
             quality_checkpoint=args.quality_checkpoint,
             quality_limit=args.quality_limit,
             optimum_python=optimum_env.resolve(args.optimum_python),
+            llama_python=llama_env.resolve(getattr(args, "llama_python", None)),
             frontier=tuple(args.frontier),
         )
 
@@ -156,7 +185,11 @@ class Job:
         return json.dumps(
             {
                 "stack": self.stack,
-                "shape": {"name": self.shape.name, "cfg": self.shape.cfg.to_dict()},
+                "shape": {
+                    "name": self.shape.name,
+                    "cfg": self.shape.cfg.to_dict(),
+                    "hf": self.shape.hf,
+                },
                 "work": str(self.work),
                 "settings": self.settings.to_dict(),
                 "package": str(self.package) if self.package else None,
@@ -173,7 +206,11 @@ class Job:
         return cls(
             stack=d["stack"],
             # LightConfig stands in for ModelConfig (same fields) without importing torch
-            shape=Shape(d["shape"]["name"], cast("ModelConfig", LightConfig(**d["shape"]["cfg"]))),
+            shape=Shape(
+                d["shape"]["name"],
+                cast("ModelConfig", LightConfig(**d["shape"]["cfg"])),
+                d["shape"].get("hf"),
+            ),
             work=Path(d["work"]),
             settings=Settings.from_dict(d["settings"]),
             package=Path(d["package"]) if d["package"] else None,

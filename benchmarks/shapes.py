@@ -8,7 +8,10 @@ unless --package), so that all outputs can be compared with HF PyTorch's token f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,8 +24,11 @@ SEED = 1234
 
 @dataclass(frozen=True)
 class Shape:
-    name: str  # "ed" | "lm"
+    name: str  # "ed" | "lm" | a real shape's name (REAL_SHAPES, or a config.json's)
     cfg: ModelConfig  # our model; peers mirror it
+    # a real shape: the Hugging Face config (every field, as transformers fills it in) of the
+    # random-weight model every stack runs; None for the small ED / LM shapes
+    hf: dict | None = field(default=None, compare=False)
 
     @property
     def family(self) -> str:
@@ -32,8 +38,14 @@ class Shape:
     def is_ed(self) -> bool:
         return self.cfg.family == "encoder-decoder"
 
+    @property
+    def real(self) -> bool:
+        return self.hf is not None
+
     def describe(self) -> str:
         c = self.cfg
+        if self.hf is not None:
+            return f"{self.name}: random weights at the shape of {real_title(self.hf)}"
         layers = f"{c.n_encoder_layers}+{c.n_decoder_layers}" if self.is_ed else c.n_decoder_layers
         return (
             f"{self.name.upper()}: d_model {c.d_model}, {layers} layers, {c.n_heads} heads, "
@@ -92,9 +104,17 @@ WORKLOADS = {
     "W1": Workload("W1", 1, 16, 32),
     "W2": Workload("W2", 8, 16, 32),
     "W3": Workload("W3", 1, 128, 64, families=("decoder-only",)),
+    # a long prompt: its TTFT is the prefill of 512 tokens (shapes with >= 528 positions)
+    "W4": Workload("W4", 1, 512, 16, families=("decoder-only",)),
 }
 SWEEP_BATCHES = (1, 2, 4, 8, 16, 32)
 QUICK_SWEEP_BATCHES = (1, 4, 16)
+
+
+def fits(w: Workload, shape: Shape) -> bool:
+    """Whether workload `w` runs on `shape`: its family, and prompt + new tokens within the
+    model's positions (W4's 528 do not fit the small LM's 256)."""
+    return shape.family in w.families and w.src_len + w.new_tokens <= shape.cfg.max_len
 
 
 def sweep_workload(batch: int) -> Workload:
@@ -109,3 +129,123 @@ def make_inputs(
     n = length - (eos_id is not None)
     rows = rng.integers(low, min(high, vocab), size=(batch, n)).tolist()
     return [r + [eos_id] for r in rows] if eos_id is not None else rows
+
+
+# ---- real shapes: random weights at the dimensions of models people ship ----------------------
+
+# Hugging Face config fields of each named shape (transformers fills in the rest); the stacks
+# run a random-weight model of that config (artifacts.hf_model_dir), never the real weights.
+REAL_SHAPES: dict[str, dict[str, Any]] = {
+    "opus-mt-en-de": dict(
+        architectures=["MarianMTModel"], model_type="marian", vocab_size=58101, d_model=512,
+        encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+        decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+        activation_function="swish", max_position_embeddings=512, scale_embedding=True,
+        static_position_embeddings=True, normalize_before=False, pad_token_id=58100,
+        eos_token_id=0, bos_token_id=0, decoder_start_token_id=58100, forced_eos_token_id=0,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0,
+    ),
+    "smollm2-135m": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=49152,
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, head_dim=64, hidden_act="silu", max_position_embeddings=8192,
+        rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=0,
+        eos_token_id=0, attention_bias=False, mlp_bias=False,
+    ),
+    "qwen2.5-0.5b": dict(
+        architectures=["Qwen2ForCausalLM"], model_type="qwen2", vocab_size=151936,
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, hidden_act="silu", max_position_embeddings=32768,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        bos_token_id=151643, eos_token_id=151643, use_sliding_window=False,
+        sliding_window=None, max_window_layers=24,
+    ),
+}  # fmt: skip
+REAL_TITLES = {
+    "opus-mt-en-de": "Helsinki-NLP/opus-mt-en-de (Marian, d_model 512, 6+6 layers, vocab 58,101)",
+    "smollm2-135m": "SmolLM2-135M (Llama, d_model 576, 30 layers, 9 heads / 3 KV, vocab 49,152, "
+    "tied)",
+    "qwen2.5-0.5b": "Qwen2.5-0.5B (Qwen2, d_model 896, 24 layers, 14 heads / 2 KV, FFN 4,864, "
+    "vocab 151,936, tied, QKV bias)",
+}
+SHAPE_GROUPS = {"real": tuple(REAL_SHAPES)}  # --shapes real: the three
+
+
+def real_title(hf: dict) -> str:
+    """What a real shape is the shape of, for the report."""
+    name = hf.get("_bench_shape", "")
+    if name in REAL_TITLES:
+        return REAL_TITLES[name]
+    return f"{hf.get('_bench_source', 'a config')} ({hf['architectures'][0]})"
+
+
+def is_shape_spec(spec: str) -> bool:
+    """A --shapes entry: ed, lm, a REAL_SHAPES name, or a Hugging Face config.json file."""
+    return spec in ("ed", "lm") or spec in REAL_SHAPES or spec.endswith(".json")
+
+
+def config_shape_name(path: Path, fields: dict) -> str:
+    """A config.json's shape name: its folder's name (or file stem) and a digest of its fields,
+    so that two different configs never share built models in --work."""
+    stem = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in stem) or "config"
+    return f"{safe}-{digest}"
+
+
+def read_config_json(path: Path) -> dict:
+    """A user's Hugging Face config.json for --shapes PATH; errors name the file and key."""
+    if not path.is_file():
+        raise ValueError(f"--shapes {path}: no such file (a Hugging Face config.json)")
+    try:
+        fields = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--shapes {path}: not a JSON file ({e})") from None
+    if not isinstance(fields, dict):
+        raise ValueError(f"--shapes {path}: not a JSON object")
+    archs = fields.get("architectures")
+    if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
+        raise ValueError(f"--shapes {path}: 'architectures' must list one model class")
+    if not isinstance(fields.get("model_type"), str):
+        raise ValueError(f"--shapes {path}: no 'model_type'")
+    return fields
+
+
+def real_shape(name: str, fields: dict, source: str = "") -> Shape:
+    """The Shape of a Hugging Face config: transformers fills in its defaults (the config the
+    random model is saved with), and edgeformer's converter maps it to our ModelConfig (an
+    architecture we cannot convert is refused here, with the converter's reason)."""
+    import transformers
+
+    from edgeformer.models.hf.loaders import loader_for
+
+    given = {k: v for k, v in fields.items() if not k.startswith("_")}
+    given.pop("torch_dtype", None)
+    given.pop("dtype", None)  # the random model is float32 whatever the source was stored as
+    model_type = given.pop("model_type")
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **given)
+    except (ValueError, KeyError) as e:
+        msg = f"shape {name}: transformers cannot make a {model_type!r} config: {e}"
+        raise ValueError(msg) from None
+    arch = given["architectures"][0]
+    if not hasattr(transformers, arch):
+        raise ValueError(f"shape {name}: transformers has no model class {arch!r}")
+    hf = json.loads(config.to_json_string(use_diff=False))
+    hf["architectures"] = [arch]
+    arch, loader = loader_for(hf)
+    cfg = loader.config(loader.fields(hf, arch))
+    cfg = type(cfg).from_dict({**cfg.to_dict(), "dropout": 0.0})
+    return Shape(name, cfg, {**hf, "_bench_shape": name, "_bench_source": source or name})
+
+
+def resolve_shape(spec: str, quick: bool = False) -> Shape:
+    """ed / lm (our small shapes), a REAL_SHAPES name, or a path to a config.json."""
+    if spec in ("ed", "lm"):
+        return get_shape(spec, quick)
+    if spec in REAL_SHAPES:
+        return real_shape(spec, REAL_SHAPES[spec])
+    path = Path(spec)
+    fields = read_config_json(path)
+    return real_shape(config_shape_name(path, fields), fields, str(path))

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import artifacts, optimum_env, runners
+from . import artifacts, llama_env, optimum_env, runners
 from .runners import Runner
 from .settings import Job, Settings
 from .shapes import Shape, make_inputs
@@ -74,6 +74,7 @@ def _build_llama_package(job: Job) -> None:
     artifacts.llama_package_for(job)
 
 
+LLAMA_OURS = "edgeformer-llama-"
 NO_LLAMA_ED = "onnxruntime-genai's model builder has no encoder-decoder text model (Whisper only)"
 
 
@@ -107,6 +108,13 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
     def genai(precision):
         return lambda job: artifacts.genai_dir(job.shape, job.work, precision)
 
+    def gguf_f32(job):  # in the bench's environment (the converter needs torch, transformers)
+        vendor = llama_env.vendor_dir(job.settings.llama_python or "")
+        return artifacts.gguf_f32(job.shape, job.work, vendor)
+
+    def gguf(quant):  # in llama.cpp's environment
+        return lambda job: artifacts.gguf_quantized(job.shape, job.work, quant, job.threads)
+
     torch_hf = ("torch", "transformers")
     opt = (*torch_hf, "optimum.onnxruntime")
     ct = ("ctranslate2", "transformers")
@@ -132,6 +140,12 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
         Stack("genai-int4", "peers", "int4", "hf-torch-llama", genai("int4"),
               partial(runners.load_genai, precision="int4"), og, **llama),
     ]  # fmt: skip
+    no_ed = "llama.cpp runs decoder-only models (its converter has no Marian)"
+    own_llama: dict[str, Any] = dict(env="llamacpp", shared=gguf_f32, **{**llama, "note": no_ed})
+    for quant, precision in (("q8_0", "int8"), ("q4_0", "int4"), ("q4_k_m", "int4")):
+        stacks.append(Stack(f"llamacpp-{quant}", "peers", precision, "hf-torch-llama",
+                            gguf(quant), partial(runners.load_llamacpp, quant=quant),
+                            ("llama_cpp",), **own_llama))  # fmt: skip
     return stacks
 
 
@@ -171,10 +185,23 @@ def for_job(stack: Stack, job: Job) -> Stack:
     """`stack` as it runs in `job`. Our ED / LM stacks (vocab "ours") run the conversion of the
     peers' Marian / GPT-2 model unless a --package is given (`artifacts.hf_weights`): then they
     take that model's ("hf") ids and their reference is hf-torch, like every peer of the row;
-    with a --package they run the user's model, in our vocabulary, against edgeformer-torch."""
+    with a --package they run the user's model, in our vocabulary, against edgeformer-torch.
+    On a real shape there is one model (its own architecture): the Llama stacks run it too,
+    with its ids, against hf-torch."""
     if stack.vocab == "ours" and artifacts.hf_weights(job):
         return dataclasses.replace(stack, vocab="hf", ref="hf-torch")
+    if stack.vocab == "llama" and job.shape.real:
+        ref = "hf-torch" if stack.ref == "hf-torch-llama" else stack.ref
+        return dataclasses.replace(stack, vocab="hf", ref=ref)
     return stack
+
+
+# on a real shape these stacks would run what another stack of the row runs
+SAME_ON_REAL = {"hf-torch-llama": "hf-torch"}
+REAL_DUPLICATE = (
+    "on a real shape the model is the shape's own architecture, which {other} runs: no separate "
+    "Llama"
+)
 
 
 def package_of(stack: Stack, job: Job) -> Path:
@@ -191,9 +218,12 @@ def missing_modules(stack: Stack) -> list[str]:
 
 def python_for(stack: Stack, settings: Settings) -> str:
     """The interpreter of the stack's process: Optimum's environment for the optimum-* stacks
-    when one is configured (`Settings.optimum_python`), else the bench's own."""
+    when one is configured (`Settings.optimum_python`), llama.cpp's for the llamacpp-* stacks
+    (`Settings.llama_python`), else the bench's own."""
     if stack.env == "optimum" and settings.optimum_python:
         return settings.optimum_python
+    if stack.env == "llamacpp" and settings.llama_python:
+        return settings.llama_python
     return sys.executable
 
 
@@ -206,6 +236,11 @@ def skip_reason(stack: Stack, shape: Shape, job: Job) -> str | None:
     """Why `stack` cannot run on this shape here (None: it can)."""
     if shape.family not in stack.families:
         return stack.note or f"no {shape.family} model"
+    if shape.real and (stack.name in SAME_ON_REAL or stack.name.startswith(LLAMA_OURS)):
+        other = SAME_ON_REAL.get(stack.name, stack.name.replace(LLAMA_OURS, "edgeformer-"))
+        return REAL_DUPLICATE.format(other=other)
+    if stack.env == "llamacpp":  # only in its own environment
+        return llama_env.problem(job.settings.llama_python)
     if elsewhere(stack, job.settings):
         return optimum_env.problem(python_for(stack, job.settings))
     missing = missing_modules(stack)
@@ -240,6 +275,8 @@ def inputs_for(stack: Stack, shape: Shape, batch: int, length: int) -> list[list
     """The same random ids for every stack of a family, in the stack's own vocabulary: ours (ids
     from 4), the HF GPT-2 / Marian models' (from 2, below the last id) or the Llama's (from 3)."""
     V = shape.cfg.vocab_size
+    if shape.hf is not None and stack.vocab != "ours":  # ids below the config's special ones
+        return make_inputs(batch, length, V, _real_eos(shape), 2, _real_high(shape))
     if stack.vocab == "ours":
         eos = shape.cfg.eos_id if shape.is_ed else None
         return make_inputs(batch, length, V, eos, 4, V)
@@ -247,3 +284,19 @@ def inputs_for(stack: Stack, shape: Shape, batch: int, length: int) -> list[list
         return make_inputs(batch, length, V, None, len(artifacts.LLAMA_SPECIALS), V)
     eos = 0 if shape.is_ed else None  # Marian: '</s>' = 0; GPT-2 prompt: no special token
     return make_inputs(batch, length, V, eos, 2, V - 1)
+
+
+def _real_eos(shape: Shape) -> int | None:
+    """The EOS id a real translator's sources end with (None for an LM's prompt)."""
+    if not shape.is_ed or shape.hf is None:
+        return None
+    eos = shape.hf.get("eos_token_id")
+    return eos[0] if isinstance(eos, list) else eos
+
+
+def _real_high(shape: Shape) -> int:
+    """One past the largest id of a real shape's random inputs: below its special tokens that
+    follow the words (Qwen2.5's from 151,643, Marian's pad), so prompts hold words only."""
+    assert shape.hf is not None
+    specials = [i for i in artifacts.real_specials(shape.hf) if i > 2]
+    return min([*specials, shape.cfg.vocab_size])

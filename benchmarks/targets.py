@@ -6,6 +6,10 @@ measured in the same run (a noisy host makes absolute figures across runs meanin
     best quantized edgeformer Llama   <= 0.8 x onnxruntime-genai int4's, on LM W1 and W3
     file translation, sentences/s     edgeformer-fp32 >= ct2-fp32; our best CPU variant ahead
                                       of CTranslate2's best stack
+On a real shape (random weights at a shipped model's dimensions; issue 49), batch 1:
+    our best CPU variant, ms/token    <= 0.8 x the best of REAL_PEERS (W1 and W4)
+    edgeformer-fp32 decode ms/token   <= 1.3 x its physical floor (floor.py; W1)
+    our best TTFT of a 512-token prompt <= the best peer's (W4)
 The report shows each with its measured ratio and whether it is met (report.markdown).
 """
 
@@ -31,9 +35,61 @@ LLAMA_OURS = "edgeformer-llama-"  # + variant
 GENAI_PAIRS = (("edgeformer-llama-fp32", "genai-fp32"), ("edgeformer-llama-int4", "genai-int4"))
 
 
+REAL_PEERS = ("genai-int4", "ct2-int8", "llamacpp-q4_0", "llamacpp-q4_k_m")
+REAL_RATIO_TARGET = 0.8
+REAL_WORKLOADS = ("W1", "W4")
+FLOOR_TARGET = 1.3  # edgeformer-fp32's decode ms/token over its floor
+
+
+def _ours(stack: str) -> bool:
+    return stack.startswith("edgeformer-") and stack != "edgeformer-torch"
+
+
+def real_targets(results: dict) -> list[dict]:
+    """The real-shape goals (module docstring): one row per shape and goal where both sides
+    ran."""
+    out: list[dict] = []
+    for shape, cfg in results["shapes"].items():
+        if not cfg.get("real"):
+            continue
+        rows = {(r["workload"], r["stack"]): r for r in results["workloads"] if r["shape"] == shape}
+        for w in REAL_WORKLOADS:
+            ms = {k: r["ms_per_token"]["median"] for (wl, k), r in rows.items() if wl == w}
+            ours = {k: v for k, v in ms.items() if _ours(k)}
+            peers = {k: v for k, v in ms.items() if k in REAL_PEERS}
+            if ours and peers:
+                a, b = min(ours, key=ours.__getitem__), min(peers, key=peers.__getitem__)
+                ratio = ours[a] / peers[b]
+                out.append(
+                    {"shape": shape, "workload": w, "goal": "best_vs_peers", "ours": a,
+                     "peer": b, "ours_ms": ours[a], "peer_ms": peers[b], "ratio": ratio,
+                     "target": REAL_RATIO_TARGET, "met": ratio <= REAL_RATIO_TARGET}
+                )  # fmt: skip
+        fp32 = rows.get(("W1", "edgeformer-fp32"))
+        if fp32 and fp32.get("floor_ratio"):
+            out.append(
+                {"shape": shape, "workload": "W1", "goal": "fp32_vs_floor",
+                 "ours": "edgeformer-fp32", "ours_ms": fp32["decode_ms_per_token"]["median"],
+                 "floor_ms": fp32["floor_ms"], "ratio": fp32["floor_ratio"],
+                 "target": FLOOR_TARGET, "met": fp32["floor_ratio"] <= FLOOR_TARGET}
+            )  # fmt: skip
+        ttft = {k: r["ttft_ms"]["median"] for (wl, k), r in rows.items() if wl == "W4"}
+        ours = {k: v for k, v in ttft.items() if _ours(k)}
+        peers = {k: v for k, v in ttft.items() if not k.startswith("edgeformer-")}
+        if ours and peers:
+            a, b = min(ours, key=ours.__getitem__), min(peers, key=peers.__getitem__)
+            out.append(
+                {"shape": shape, "workload": "W4", "goal": "ttft_512", "ours": a, "peer": b,
+                 "ours_ms": ours[a], "peer_ms": peers[b], "ratio": ours[a] / peers[b],
+                 "target": 1.0, "met": ours[a] <= peers[b]}
+            )  # fmt: skip
+    return out
+
+
 def targets(results: dict) -> dict:
     """Measured ratios against the targets (a row only where both stacks ran)."""
     out: dict = {"fp32_vs_ct2": [], "speedup_vs_eager": [], "quantized_vs_genai": []}
+    out["real"] = real_targets(results)
     out["file_vs_ct2"] = file_targets(results.get("file", []))
     out["llama_vs_genai"] = llama_pairs(results)
     stacks = results["stacks"]

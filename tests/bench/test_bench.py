@@ -447,6 +447,7 @@ def test_targets_and_markdown_on_synthetic_results():
         "quantized_vs_genai": [],
         "file_vs_ct2": [],
         "llama_vs_genai": [],
+        "real": [],
     }
 
 
