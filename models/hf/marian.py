@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from ...core.config import ModelConfig
 from .fields import Fields
 from .files import read_json
 from .loaders import HF_TOKENIZER, Loader, WeightReader, Weights, register
+from .seq2seq import fairseq_layers, same_as
 
 MARIAN_ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu",
                       "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}  # fmt: skip
@@ -19,16 +18,6 @@ MARIAN_FIXED = {"normalize_before": False, "add_final_layer_norm": False,
                 "normalize_embedding": False, "layernorm_embedding": False,
                 "static_position_embeddings": True, "add_bias_logits": False,
                 "is_decoder": False}  # fmt: skip
-
-
-def _same(w: Weights, names: list[str], ref: torch.Tensor, what: str) -> set[str]:
-    """Copies that some checkpoints store (tied embeddings, fixed sinusoids): they must equal
-    `ref` (else the model is not the one we map), and are not used."""
-    for name in names:
-        if name in w and not torch.allclose(w[name], ref, atol=1e-5, rtol=0):
-            raise ValueError(f"MarianMTModel weights: {name} differs from {what}, which "
-                             "edgeformer's mapping assumes it equals")  # fmt: skip
-    return {n for n in names if n in w}
 
 
 @register
@@ -134,34 +123,18 @@ class MarianLoader(Loader):
                         f"{field} is {rows}"
                     )
         sd["embed.weight"] = shared
-        for side, n in (("encoder", cfg.n_encoder_layers), ("decoder", cfg.n_decoder_layers)):
-            for i in range(n):
-                h, o = f"{side}.layers.{i}.", f"{side}.{i}."
-                for b in ("weight", "bias"):
-                    sd[f"{o}attn.qkv.{b}"] = torch.cat(
-                        [w[f"{h}self_attn.{p}_proj.{b}"] for p in "qkv"]
-                    )
-                    sd[f"{o}attn.out.{b}"] = w[f"{h}self_attn.out_proj.{b}"]
-                    sd[f"{o}res_attn.norm.{b}"] = w[f"{h}self_attn_layer_norm.{b}"]
-                    sd[f"{o}ffn.up.{b}"] = w[f"{h}fc1.{b}"]
-                    sd[f"{o}ffn.down.{b}"] = w[f"{h}fc2.{b}"]
-                    sd[f"{o}res_ffn.norm.{b}"] = w[f"{h}final_layer_norm.{b}"]
-                    if side == "decoder":
-                        sd[f"{o}cross.q.{b}"] = w[f"{h}encoder_attn.q_proj.{b}"]
-                        sd[f"{o}cross.kv.{b}"] = torch.cat(
-                            [w[f"{h}encoder_attn.{p}_proj.{b}"] for p in "kv"]
-                        )
-                        sd[f"{o}cross.out.{b}"] = w[f"{h}encoder_attn.out_proj.{b}"]
-                        sd[f"{o}res_cross.norm.{b}"] = w[f"{h}encoder_attn_layer_norm.{b}"]
+        sd |= fairseq_layers(w, cfg)
         if cfg.tie_embeddings:
             tied.append("lm_head.weight")
         else:
             sd["lm_head.weight"] = w["lm_head.weight"]
         what = "shared.weight" if cfg.src_vocab_size is None else "decoder.embed_tokens.weight"
-        ignored = _same(w, tied, shared, what)
+        ignored = same_as(w, tied, shared, "MarianMTModel", what)
         table = sinusoidal_table(cfg.max_len, cfg.d_model, "split")
         positions = [f"{side}.embed_positions.weight" for side in ("encoder", "decoder")]
-        return sd, ignored | _same(w, positions, table, "Marian's sinusoidal table")
+        return sd, ignored | same_as(
+            w, positions, table, "MarianMTModel", "Marian's sinusoidal table"
+        )
 
     def tokenizers(self, src: Path, tmp: Path, arch: str) -> tuple[Path, Path | None]:
         """source.spm, target.spm, vocab.json (target_vocab.json) -> two tokenizer.json
