@@ -75,11 +75,21 @@ def quantize(src: Path, out: Path, quant: str, threads: int) -> None:
         raise RuntimeError(f"llama_model_quantize {quant} of {src} failed (code {rc})")
 
 
+_CALLBACKS: list = []  # the log callback must outlive every call into llama.cpp
+
+
+def _QUIET(L):  # noqa: N802 (a ctypes callback factory)
+    if not _CALLBACKS:
+        _CALLBACKS.append(L.llama_log_callback(lambda level, text, data: None))
+    return _CALLBACKS[0]
+
+
 def load(path: Path, threads: int):
     """A generate(ids, n) over the GGUF at `path` (see the module docstring), and a close()."""
     import llama_cpp as L
     import numpy as np
 
+    L.llama_log_set(_QUIET(L), None)  # llama.cpp's load and graph logs: errors are raised here
     L.llama_backend_init()
     model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())
     if not model:
