@@ -122,9 +122,12 @@ class _Loaded:
         self._warn = WarnOnce()
         # never chosen by the text API: padding and BOS, unless one is also a token that ends
         # the output (GPT-2's one <|endoftext|>; an instruct model without a pad token, whose
-        # padding is its EOS: banning it would never end a reply)
+        # padding is its EOS: banning it would never end a reply) or a language code (a decoder
+        # that starts from its target language, as mBART's fine-tunes: transformers lets it
+        # write that token again)
         ends = {m.eos_id, *(t for t in m.defaults.end_token if isinstance(t, int))}
-        self.banned_ids = tuple(i for i in dict.fromkeys((m.pad_id, m.bos_id)) if i not in ends)
+        allowed = ends | set(m.translation.languages.values())
+        self.banned_ids = tuple(i for i in dict.fromkeys((m.pad_id, m.bos_id)) if i not in allowed)
 
     @staticmethod
     def _decode(

@@ -21,6 +21,7 @@ where the source language token goes; the runtime's source_lang / target_lang us
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +31,7 @@ import torch
 from ...core.config import ModelConfig
 from ...core.schema import MODEL_LIMITS
 from .fields import Fields
+from .files import read_json
 from .loaders import HF_TOKENIZER, Loader, WeightReader, Weights, register
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu",
@@ -42,6 +44,7 @@ FAIRSEQ_DEFAULTS: dict[str, Any] = {
     "decoder_start_token_id": 2, "tie_word_embeddings": True,
 }  # fmt: skip
 TOKENIZER_CONFIG = "tokenizer_config.json"
+log = logging.getLogger("edgeformer")
 
 
 def bounded_length(f: Fields, name: str) -> int:
@@ -157,7 +160,9 @@ def _frame(proc: object, where: Path) -> tuple[list[int], list[int]]:
     raise ValueError(f"{where}: unsupported post_processor type {kind!r}")
 
 
-def language_task(src: Path, frame: dict[str, list[int]], cfg: ModelConfig) -> dict[str, Any]:
+def language_task(
+    src: Path, tokenizer: Path, frame: dict[str, list[int]], cfg: ModelConfig
+) -> dict[str, Any]:
     """The checkpoint task's `languages` {code: token id} of a multilingual tokenizer
     (tokenizer_config.json's extra / additional special tokens that tokenizer.json has), with
     `source_lang` (the one in the source frame); {} for a tokenizer without language codes.
@@ -172,8 +177,16 @@ def language_task(src: Path, frame: dict[str, list[int]], cfg: ModelConfig) -> d
     codes = tc.get("extra_special_tokens") or tc.get("additional_special_tokens") or []
     if isinstance(codes, dict):  # transformers 5 may store named extra tokens
         codes = list(codes.values())
-    ids = _added_ids(src / HF_TOKENIZER)
-    languages = {c: ids[c] for c in codes if isinstance(c, str) and c in ids}
+    ids = _added_ids(tokenizer)
+    if cls == "M2M100Tokenizer":  # its codes are "de", its tokens __de__ (M2M100Tokenizer's)
+        from ..spm import M2M100_LANGUAGES, m2m100_language_token
+
+        setting = str(tc.get("language_codes") or "m2m100")
+        codes = [m2m100_language_token(c) for c in M2M100_LANGUAGES.get(setting, [])]
+        named = {t: t[2:-2] for t in codes}
+    else:
+        named = {c: c for c in codes if isinstance(c, str)}
+    languages = {named[t]: ids[t] for t in named if t in ids}
     if not languages:
         raise ValueError(
             f"{src / TOKENIZER_CONFIG}: a {cls} without language tokens (its extra_special_tokens "
@@ -200,7 +213,7 @@ def _added_ids(tokenizer_json: Path) -> dict[str, int]:
 def translation_task(src: Path, tokenizer: Path, cfg: ModelConfig) -> dict[str, Any]:
     """The task fields of a converted translator: source frame and languages."""
     frame = source_frame(tokenizer, cfg.eos_id)
-    return frame | language_task(src, frame, cfg)
+    return frame | language_task(src, tokenizer, frame, cfg)
 
 
 class FairseqLoader(Loader):
@@ -342,6 +355,24 @@ class M2M100Loader(FairseqLoader):
             )
         table = fairseq_sinusoids(cfg.max_len + cfg.pad_id + 1, cfg.d_model, cfg.pad_id)
         return table[cfg.pad_id + 1 :]
+
+    def tokenizers(self, src: Path, tmp: Path, arch: str) -> tuple[Path, Path | None]:
+        """NLLB's tokenizer.json; M2M100's SentencePiece-only tokenizer (its transformers
+        tokenizer has no fast form: sentencepiece.bpe.model and vocab.json) made into one."""
+        if (src / HF_TOKENIZER).is_file():
+            return super().tokenizers(src, tmp, arch)
+        from ..spm import m2m100_tokenizer
+
+        cfg = self.config(self.fields(read_json(src / "config.json"), arch))
+        text, lacking = m2m100_tokenizer(src, cfg.vocab_size)
+        if lacking:
+            log.warning(
+                "%s: %d pieces of sentencepiece.bpe.model are not in vocab.json: transformers "
+                "encodes them as <unk>, edgeformer as their parts", src, lacking,
+            )  # fmt: skip
+        path = tmp / HF_TOKENIZER
+        path.write_text(text, encoding="utf-8")
+        return path, None
 
 
 T5_ACTIVATIONS = {"relu": "relu", "gated-gelu": "geglu", "gated-silu": "swiglu",

@@ -351,9 +351,11 @@ export class Model {
     this.maxLen = f.model.max_len;
     this.vocabSize = f.model.vocab_size;
     // never chosen (the Python runtime's banned_ids): padding and BOS, unless one also ends the
-    // output (NLLB's and mBART-50's decoder start is their EOS; GPT-2's one <|endoftext|>)
-    const ends = new Set([this.eosId, ...(f.defaults?.end_token ?? []).filter((t) => Number.isInteger(t))]);
-    this.banned = [...new Set([this.padId, this.bosId])].filter((i) => !ends.has(i));
+    // output (NLLB's and mBART-50's decoder start is their EOS; GPT-2's one <|endoftext|>) or is
+    // a language code (mBART's fine-tunes start from their target language)
+    const allowed = new Set([this.eosId, ...(f.defaults?.end_token ?? []).filter((t) => Number.isInteger(t)),
+      ...Object.values(f.translation.languages)]);
+    this.banned = [...new Set([this.padId, this.bosId])].filter((i) => !allowed.has(i));
   }
 
   /** The sessions' resources (onnxruntime-web keeps them in the wasm heap). */

@@ -347,9 +347,58 @@ def translators(tmp_path_factory):
     from test_hf_translators import build
 
     root = tmp_path_factory.mktemp("hostile-translators")
-    for name in ("nllb", "t5"):
+    for name in ("nllb", "t5", "m2m100"):
         build(name, root / name)
     return root
+
+
+def _no_file(name: str):
+    return lambda src: (src / name).unlink()
+
+
+def _vocab_json(change):
+    def edit(src):
+        vocab = json.loads((src / "vocab.json").read_text())
+        (src / "vocab.json").write_text(json.dumps(change(vocab)))
+
+    return edit
+
+
+def _unigram_spm(src):
+    """sentencepiece.bpe.model replaced by a Unigram model (M2M100's is BPE)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    proto = pb.ModelProto()
+    proto.ParseFromString((src / "sentencepiece.bpe.model").read_bytes())
+    proto.trainer_spec.model_type = 1
+    (src / "sentencepiece.bpe.model").write_bytes(proto.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (_no_file("vocab.json"), "has no tokenizer.json and no vocab.json"),
+        (_no_file("sentencepiece.bpe.model"), "no sentencepiece.bpe.model"),
+        (_unigram_spm, "trainer_spec.model_type=1"),
+        (_vocab_json(lambda v: {k: i + 1 for k, i in v.items()}), "ids must be 0 .."),
+        (_vocab_json(lambda v: {("<oov>" if k == "<unk>" else k): i for k, i in v.items()}),
+         "has no <unk>"),
+        (_vocab_json(lambda v: [1, 2]), "must map tokens to integer ids"),
+        (lambda src: (src / "vocab.json").write_text("{"), "vocab.json is not valid JSON"),
+        (lambda src: edit_json(src / "tokenizer_config.json", language_codes="xx"),
+         "language_codes='xx'"),
+        (lambda src: edit_json(src / "tokenizer_config.json", src_lang="klingon"),
+         "src_lang='klingon'"),
+        (lambda src: edit_json(src / "config.json", vocab_size=450), "vocab_size=450"),
+    ],
+)  # fmt: skip
+def test_hostile_m2m100_tokenizers_are_refused(change, match, translators, tmp_path, capsys):
+    """An M2M100 folder's SentencePiece-only tokenizer (no tokenizer.json) with a file missing,
+    the wrong kind of model, a broken vocab.json, unknown language settings or a vocabulary
+    larger than the model's: one line naming it, nothing written."""
+    src = shutil.copytree(translators / "m2m100", tmp_path / "hf")
+    change(src)
+    refused(src, tmp_path / "out", match, capsys)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Every encoder-decoder family the converter takes besides Marian, against transformers
-(issue 48): NLLB (M2M100ForConditionalGeneration), mBART-50, BART, T5, flan-T5, mT5.
+(issue 48): NLLB and M2M100 (M2M100ForConditionalGeneration, with NLLB's fast tokenizer and
+M2M100's SentencePiece-only one), mBART-50, BART, T5, flan-T5, mT5.
 
 For each family a small random-weight model of its transformers class and its fast tokenizer
 (trained offline on Multi30k text, with the family's special tokens and language codes) are
@@ -35,6 +36,8 @@ DATA = DATA_DIR / "multi30k"  # the bundled Multi30k (train/data)
 NEW = 12  # new tokens per translation
 LANGS = ["eng_Latn", "deu_Latn", "fra_Latn"]
 MBART_LANGS = ["en_XX", "de_DE", "fr_XX"]
+M2M100_LANGS = ["en", "de", "fr"]  # M2M100Tokenizer's codes (its tokens: __en__, ...)
+CODES = {"nllb": LANGS, "mbart50": MBART_LANGS, "m2m100": M2M100_LANGS}
 SMALL = dict(
     d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
     decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=48,
@@ -49,6 +52,10 @@ FAMILIES = {
     # forced after the decoder start </s>)
     "nllb": ("M2M100ForConditionalGeneration", "M2M100Config", SMALL, "nllb",
              {"decoder_start_token_id": 2, "max_length": 200}),
+    # M2M100: the same architecture; its tokenizer is SentencePiece-only (BPE
+    # sentencepiece.bpe.model + fairseq's vocab.json, `__en__ text </s>`, no tokenizer.json)
+    "m2m100": ("M2M100ForConditionalGeneration", "M2M100Config", SMALL, "m2m100",
+               {"decoder_start_token_id": 2, "max_length": 200}),
     # mBART-50: pre-LN, embedding norm, learned positions from row 2; `en_XX text </s>`
     "mbart50": ("MBartForConditionalGeneration", "MBartConfig",
                 SMALL | {"scale_embedding": True, "decoder_start_token_id": 2}, "mbart50",
@@ -91,9 +98,51 @@ def _trained(model, specials: list[str], n: int = 400) -> dict:
     return json.loads(tok.to_str())["model"]
 
 
-def make_tokenizer(kind: str):
+def m2m100_tokenizer(folder: Path):
+    """M2M100Tokenizer over a SentencePiece BPE model trained here and a fairseq-ordered
+    vocab.json (specials first, then the pieces in an order of their own, as fairseq's
+    dictionary: ids that are not the spm model's)."""
+    import random
+
+    import sentencepiece as spm
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.txt").write_text("\n".join(corpus(1500)), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(folder / "corpus.txt"), model_prefix=str(folder / "spm"), vocab_size=400,
+        model_type="bpe", bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2,
+    )  # fmt: skip
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    lines = (folder / "spm.vocab").read_text(encoding="utf-8").splitlines()
+    pieces = [line.split("\t")[0] for line in lines if line.split("\t")[0] not in specials]
+    random.Random(0).shuffle(pieces)
+    vocab = {t: i for i, t in enumerate(specials + pieces)}
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    return transformers.M2M100Tokenizer(
+        str(folder / "vocab.json"), str(folder / "spm.model"), src_lang="en", tgt_lang="de"
+    )
+
+
+def vocab_size(tok) -> int:
+    """The model's vocabulary: M2M100's has its language codes and 8 made-up words after
+    vocab.json's tokens (len() of its tokenizer counts neither)."""
+    if isinstance(tok, transformers.M2M100Tokenizer):
+        return tok.vocab_size + len(tok.lang_code_to_id) + tok.num_madeup_words
+    return len(tok)
+
+
+def lang_id(tok, code: str) -> int:
+    if isinstance(tok, transformers.M2M100Tokenizer):
+        return tok.get_lang_id(code)
+    return tok.convert_tokens_to_ids(code)
+
+
+def make_tokenizer(kind: str, folder: Path):
     """The family's transformers tokenizer over a vocabulary trained here (offline)."""
     from tokenizers import models
+
+    if kind == "m2m100":
+        return m2m100_tokenizer(folder)
 
     if kind in ("nllb", "bart"):
         if kind == "bart":  # byte-level BPE (RobertaTokenizer's): a byte alphabet
@@ -125,12 +174,12 @@ def make_tokenizer(kind: str):
 def build(name: str, folder: Path):
     """(HF model, tokenizer) of a family, saved in folder."""
     cls, config_cls, fields, kind, generation = FAMILIES[name]
-    tok = make_tokenizer(kind)
+    tok = make_tokenizer(kind, folder.parent / "spm")
     torch.manual_seed(0)
     special = {"pad_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id}
     if tok.bos_token_id is not None and kind != "t5":
         special["bos_token_id"] = tok.bos_token_id
-    config = getattr(transformers, config_cls)(vocab_size=len(tok), **(fields | special))
+    config = getattr(transformers, config_cls)(vocab_size=vocab_size(tok), **(fields | special))
     hf = getattr(transformers, cls)(config).eval()
     with torch.no_grad():  # random norms (transformers starts them at 1) and biases
         for pname, p in hf.named_parameters():
@@ -145,21 +194,30 @@ def build(name: str, folder: Path):
     return hf, tok
 
 
+_BUILT: dict[str, tuple] = {}
+
+
+def built(name: str, tmp_path_factory) -> tuple:
+    """(name, HF model, tokenizer, HF folder, checkpoint, package: fp32, int8, int4,
+    int8-dynamic), made once per family for this module."""
+    if name not in _BUILT:
+        root = tmp_path_factory.mktemp(name)
+        hf, tok = build(name, root / "hf")
+        ckpt = convert_hf(root / "hf", root / "checkpoint")
+        variants = ("int8", "int4", "int8-dynamic")
+        pkg = export_package(ckpt, root / "package", variants=variants, verbose=False)
+        _BUILT[name] = (name, hf, tok, root / "hf", ckpt, pkg)
+    return _BUILT[name]
+
+
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def family(request, tmp_path_factory):
-    """(name, HF model, tokenizer, HF folder, checkpoint, package: fp32, int8, int4,
-    int8-dynamic)."""
-    root = tmp_path_factory.mktemp(request.param)
-    hf, tok = build(request.param, root / "hf")
-    ckpt = convert_hf(root / "hf", root / "checkpoint")
-    variants = ("int8", "int4", "int8-dynamic")
-    pkg = export_package(ckpt, root / "package", variants=variants, verbose=False)
-    return request.param, hf, tok, root / "hf", ckpt, pkg
+    return built(request.param, tmp_path_factory)
 
 
 def languages(name: str) -> list[tuple[str | None, str | None]]:
     """(source_lang, target_lang) pairs to try: every code as a source and a target."""
-    codes = {"nllb": LANGS, "mbart50": MBART_LANGS}.get(name)
+    codes = CODES.get(name)
     if codes is None:
         return [(None, None)]
     return [(codes[0], codes[1]), (codes[1], codes[2]), (codes[2], codes[0])]
@@ -177,7 +235,7 @@ def hf_translate(hf, tok, texts, langs, beams: int) -> list[list[int]]:
     batch = hf_inputs(tok, texts, source_lang)
     forced = {}
     if target_lang is not None:
-        forced["forced_bos_token_id"] = tok.convert_tokens_to_ids(target_lang)
+        forced["forced_bos_token_id"] = lang_id(tok, target_lang)
     pad, eos = tok.pad_token_id, tok.eos_token_id
     with torch.no_grad():
         out = hf.generate(
@@ -247,7 +305,17 @@ def test_translations_equal_generate(family, beams, batch):
                 num_beams=beams, early_stopping=True,
             )  # fmt: skip
             assert [r.hypotheses[0].ids for r in results] == want, (langs, texts)
-            assert [r.text for r in results] == tok.batch_decode(want, skip_special_tokens=True)
+            assert [r.text for r in results] == hf_text(tok, want)
+
+
+def hf_text(tok, ids: list[list[int]]) -> list[str]:
+    """transformers' decoded texts without special tokens. transformers 5's M2M100Tokenizer
+    keeps its language tokens (`__de__`) in them, which transformers 4 skipped as special
+    tokens and which no user wants in a translation: they are left out here."""
+    if isinstance(tok, transformers.M2M100Tokenizer):
+        languages = set(tok.lang_code_to_id.values())
+        ids = [[i for i in row if i not in languages] for row in ids]
+    return tok.batch_decode(ids, skip_special_tokens=True)
 
 
 def test_source_ids_equal_the_tokenizer(family):
@@ -278,7 +346,7 @@ def test_config_names_the_family(family):
     assert arch == FAMILIES[name][0] and load_checkpoint(ckpt)[0].cfg == cfg
     info = package_info(str(pkg))
     assert f"source       huggingface {arch}" in info
-    codes = {"nllb": LANGS, "mbart50": MBART_LANGS}.get(name)
+    codes = CODES.get(name)
     if codes:
         assert Translator(pkg, threads=1).languages[: len(codes)] == codes or set(codes) <= set(
             Translator(pkg, threads=1).languages
@@ -296,10 +364,8 @@ def test_config_names_the_family(family):
 
 @pytest.fixture(scope="module")
 def nllb(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nllb-one")
-    hf, tok = build("nllb", root / "hf")
-    ckpt = convert_hf(root / "hf", root / "checkpoint")
-    return hf, tok, export_package(ckpt, root / "package", verbose=False)
+    _, hf, tok, _, _, pkg = built("nllb", tmp_path_factory)
+    return hf, tok, pkg
 
 
 def test_a_mixed_target_batch_is_one_call(nllb):
@@ -342,3 +408,51 @@ def test_cli_translate_with_languages(nllb, capsys):
     assert capsys.readouterr().out.strip() == want.strip()
     assert main(["translate", str(pkg), TEXTS[0], "--target-lang", "xx_Yyyy"]) == 2
     assert "not one of this model's 3 language codes" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def mbart_fixed(tmp_path_factory):
+    """An mBART fine-tune as mbart-large-en-ro and the cc25 fine-tunes are: MBartTokenizer's
+    `text </s> en_XX` sources, the decoder starting from its one target language (ro_RO)."""
+    folder = tmp_path_factory.mktemp("mbart-fixed")
+    from tokenizers import models
+
+    vocab = [tuple(x) for x in _trained(models.Unigram(), ["<pad>", "</s>", "<unk>"])["vocab"]]
+    tok = transformers.MBartTokenizer(vocab=vocab, src_lang="en_XX", tgt_lang="ro_RO")
+    start = tok.convert_tokens_to_ids("ro_RO")
+    torch.manual_seed(0)
+    config = transformers.MBartConfig(
+        vocab_size=len(tok), **SMALL, scale_embedding=True, pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+        decoder_start_token_id=start,
+    )  # fmt: skip
+    hf = transformers.MBartForConditionalGeneration(config).eval()
+    hf.generation_config = transformers.GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, decoder_start_token_id=start,
+    )  # fmt: skip
+    hf.save_pretrained(folder / "hf")
+    tok.save_pretrained(folder / "hf")
+    ckpt = convert_hf(folder / "hf", folder / "checkpoint")
+    return hf, tok, export_package(ckpt, folder / "package", verbose=False)
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_a_fixed_target_language_translates_into_it_only(mbart_fixed, beams):
+    """The decoder starts from the target language: translations equal generate()'s with or
+    without naming it, the source language is the frame's suffix, and another target language
+    is an error naming the fixed one."""
+    hf, tok, pkg = mbart_fixed
+    translator = Translator(pkg, threads=1)
+    for source_lang in ("en_XX", "de_DE"):
+        want = hf_translate(hf, tok, TEXTS, (source_lang, None), beams)
+        for target_lang in (None, "ro_RO"):
+            results = translator.translate_results(
+                TEXTS, source_lang=source_lang, target_lang=target_lang, max_new_tokens=NEW,
+                num_beams=beams, early_stopping=True,
+            )  # fmt: skip
+            assert [r.hypotheses[0].ids for r in results] == want, (source_lang, target_lang)
+        tok.src_lang = source_lang
+        assert translator.source_ids(TEXTS[2], source_lang=source_lang) == tok(TEXTS[2]).input_ids
+    with pytest.raises(ValueError, match="ro_RO"):
+        translator.translate(TEXTS[0], target_lang="de_DE")

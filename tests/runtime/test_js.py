@@ -367,15 +367,16 @@ def translators(tmp_path_factory) -> dict[str, tuple[Path, object]]:
     (M2M100ForConditionalGeneration + NllbTokenizer: a language token in the source frame, the
     target language forced after the decoder start </s>), BART (`<s> text </s>`, <s> forced
     first, </s> forced last, no repeated trigrams) and T5 (sources `text </s>`, decoding from
-    padding), small random models built by tests/models/test_hf_translators.py's helpers and
-    converted once for the module."""
+    padding) and M2M100 (its SentencePiece-only tokenizer converted: BPE over fairseq's ids),
+    small random models built by tests/models/test_hf_translators.py's helpers and converted
+    once for the module."""
     build = translator_helpers().build
 
     from edgeformer.export import export_package
     from edgeformer.models.hf import convert_hf
 
     out = {}
-    for name in ("nllb", "bart", "t5"):
+    for name in ("nllb", "bart", "t5", "m2m100"):
         root = tmp_path_factory.mktemp(f"js-{name}")
         _, tok = build(name, root / "hf")
         ckpt = convert_hf(root / "hf", root / "ckpt")
@@ -389,7 +390,8 @@ def translator_cases(translators) -> list[dict]:
     forced <s> counted as transformers counts it), on node and wasm."""
     langs = {"nllb": [*NLLB_PAIRS, (["eng_Latn", "deu_Latn", "fra_Latn", "eng_Latn"],
                                      ["deu_Latn", "fra_Latn", "deu_Latn", "eng_Latn"])],
-             "bart": [(None, None)], "t5": [(None, None)]}  # fmt: skip
+             "bart": [(None, None)], "t5": [(None, None)],
+             "m2m100": [("en", "de"), ("de", "fr")]}  # fmt: skip
     cases = []
     for name, (pkg, _) in translators.items():
         extra = [{"min_new_tokens": 9, "max_new_tokens": 10}] if name == "bart" else []
@@ -436,7 +438,8 @@ def test_js_source_ids_match_python_and_the_tokenizer(node, translators):
     cases, want = [], {}
     for name, (pkg, tok) in translators.items():
         t = Translator(pkg, threads=1)
-        for lang in ["eng_Latn", "deu_Latn", "fra_Latn"] if name == "nllb" else [None]:
+        codes = {"nllb": ["eng_Latn", "deu_Latn", "fra_Latn"], "m2m100": ["en", "de", "fr"]}
+        for lang in codes.get(name, [None]):
             if lang is not None:
                 tok.src_lang = lang
             hf = [tok(x, truncation=True, max_length=64).input_ids if x.strip() else []
