@@ -17,6 +17,10 @@ one family's names.
   the loader maps the tensors, and the model that config.json describes is built on PyTorch's
   meta device (no memory) to compare every shape; its buffers (position tables) are bounded, so
   a 1 KB config.json cannot ask for terabytes.
+- A folder with only a slow tokenizer's files (mT5's spiece.model, an mBART
+  sentencepiece.bpe.model) gets its tokenizer.json from transformers' own conversion
+  (`fast_tokenizer`: AutoTokenizer, local files only, no remote code), as CTranslate2's converter
+  loads it; then it is checked as any tokenizer.json is.
 - tokenizer.json must parse, carry only regexes inside core.patterns' bound and load in the
   tokenizers library (a panic is an error naming the file); generation_config.json must hold
   settings the runtime accepts, its token ids inside the vocabulary.
@@ -290,3 +294,47 @@ def check_generation_config(path: Path, cfg: ModelConfig) -> None:
         generation_settings(data, cast(PackageConfig, package), str(path))
     except PackageError as e:
         raise ValueError(str(e)) from None
+
+
+# files of a slow (Python / SentencePiece) tokenizer that transformers can make a fast one from
+SLOW_TOKENIZER_FILES = ("spiece.model", "sentencepiece.bpe.model", "tokenizer.model",
+                        "sentencepiece.model", "vocab.json", "vocab.txt", "merges.txt")  # fmt: skip
+
+
+def fast_tokenizer(src: Path, out: Path) -> Path:
+    """out/tokenizer.json, made by transformers from a folder's slow tokenizer (a folder saved
+    without its tokenizer.json: mT5's spiece.model and the like)."""
+    have = [f for f in SLOW_TOKENIZER_FILES if (src / f).is_file()]
+    advice = (
+        "save one with `AutoTokenizer.from_pretrained(SRC).save_pretrained(SRC)` where a fast "
+        "tokenizer exists"
+    )
+    if not have:
+        raise FileNotFoundError(
+            f"{src} has no tokenizer.json (a `tokenizers` fast tokenizer) and no tokenizer "
+            f"files to make one from ({', '.join(SLOW_TOKENIZER_FILES)}): {advice}"
+        )
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise FileNotFoundError(
+            f"{src} has no tokenizer.json, only {', '.join(have)}: making one needs "
+            f"transformers (pip install 'edgeformer[bench]'), or {advice}"
+        ) from None
+    check_links(src)
+    try:
+        tok = AutoTokenizer.from_pretrained(src, local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # transformers raises many kinds: one line naming the folder
+        raise ValueError(
+            f"{src} has no tokenizer.json and transformers could not load its tokenizer "
+            f"({', '.join(have)}): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        raise FileNotFoundError(
+            f"{src} has no tokenizer.json and its {type(tok).__name__} has no fast form in "
+            f"transformers: {advice}"
+        )
+    path = out / "tokenizer.json"
+    backend.save(str(path))
+    return path

@@ -68,13 +68,11 @@ class Loader:
     def tokenizers(self, src: Path, tmp: Path, arch: str) -> tuple[Path, Path | None]:
         """(the tokenizer.json of the targets / the LM, the sources' own or None)."""
         tokenizer = src / HF_TOKENIZER
-        if not tokenizer.is_file():
-            raise FileNotFoundError(
-                f"{src} has no {HF_TOKENIZER} (a `tokenizers` fast tokenizer): save one with "
-                "`AutoTokenizer.from_pretrained(SRC).save_pretrained(SRC)` (slow-only "
-                "tokenizers are not supported)"
-            )
-        return tokenizer, None
+        if tokenizer.is_file():
+            return tokenizer, None
+        from .files import fast_tokenizer  # transformers converts the slow tokenizer's files
+
+        return fast_tokenizer(src, tmp), None
 
 
 LOADERS: dict[str, Loader] = {}  # architecture -> its loader

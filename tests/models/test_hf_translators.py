@@ -456,3 +456,43 @@ def test_a_fixed_target_language_translates_into_it_only(mbart_fixed, beams):
         assert translator.source_ids(TEXTS[2], source_lang=source_lang) == tok(TEXTS[2]).input_ids
     with pytest.raises(ValueError, match="ro_RO"):
         translator.translate(TEXTS[0], target_lang="de_DE")
+
+
+def test_a_folder_with_only_a_slow_tokenizer_converts(tmp_path_factory):
+    """An mT5 folder as google/mt5-* ship it: spiece.model and tokenizer_config.json, no
+    tokenizer.json. transformers makes the fast tokenizer at convert time; the package's source
+    ids are that tokenizer's and its translations generate()'s. Without any tokenizer file the
+    error says what to save."""
+    import shutil
+
+    import sentencepiece as spm
+
+    _, hf, _, src, _, _ = built("mt5", tmp_path_factory)
+    root = tmp_path_factory.mktemp("mt5-slow")
+    folder = root / "hf"
+    folder.mkdir()
+    for f in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copy(src / f, folder / f)
+    (root / "corpus.txt").write_text("\n".join(corpus(1500)), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(root / "corpus.txt"), model_prefix=str(root / "sp"), vocab_size=300,
+        model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2,
+    )  # fmt: skip
+    shutil.copy(root / "sp.model", folder / "spiece.model")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "T5Tokenizer", "extra_ids": 0, "eos_token": "</s>",
+         "unk_token": "<unk>", "pad_token": "<pad>"}
+    ))  # fmt: skip
+    tok = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    ckpt = convert_hf(folder, root / "checkpoint")
+    assert not (folder / "tokenizer.json").exists()  # the source folder is left as it was
+    translator = Translator(export_package(ckpt, root / "package", verbose=False), threads=1)
+    for text in corpus(100) + ["", "  spaces  around ", "Ünïcödé — «quotes» 123"]:
+        want = tok(text, truncation=True, max_length=64).input_ids if text.strip() else []
+        assert translator.source_ids(text, truncate=True) == want, text
+    want = hf_translate(hf, tok, TEXTS, (None, None), 1)
+    got = translator.translate_results(TEXTS, max_new_tokens=NEW)
+    assert [r.hypotheses[0].ids for r in got] == want
+    (folder / "spiece.model").unlink()
+    with pytest.raises(FileNotFoundError, match="no tokenizer files to make one from"):
+        convert_hf(folder, root / "again")
