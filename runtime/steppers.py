@@ -14,7 +14,9 @@ change (never between beams of the same source).
 
 A one-row request's decoder is given back when its request ends and taken by the next one-row
 request (`take_decoder` / `give_back`: one pool per decoder graph, shared by threads): batch-1
-latency pays neither its buffers nor most of its bindings again, only the new cross K/V.
+latency pays neither its buffers nor most of its bindings again, only the new cross K/V. Its
+buffers hold a power of two of positions (>= 256), what the request needs, not the model's whole
+context: a longer request takes a larger one.
 
 One loop for every caller: the runtime's Translator / Generator, export's parity check and
 the benchmark all decode through `start_encoder_decoder` / `start_decoder_only`.
@@ -283,19 +285,34 @@ class CachedDecoder:
         self._bind_state()
 
 
+# one-row decoders (reused across requests) hold a power of two of positions, at least this
+# many, up to max_len: a model of 32,768 positions does not allocate its whole context's cache
+# (2.5 GB at Qwen2.5-0.5B's shape in fp32) for a reply of a hundred tokens
+MIN_REUSED_CAPACITY = 256
+
+
+def reused_capacity(needed: int, max_len: int) -> int:
+    """The positions a one-row decoder is made with for a request of `needed`."""
+    return min(max_len, max(MIN_REUSED_CAPACITY, 1 << max(needed - 1, 0).bit_length()))
+
+
 def take_decoder(
     graph: Graph, cfg: PackageConfig, capacity: int, batch: int,
     static: dict[str, np.ndarray] | None = None,
 ) -> CachedDecoder:  # fmt: skip
     """A CachedDecoder for `batch` rows of up to `capacity` positions: a one-row request
-    reuses one given back by an earlier request (give_back), sized for the model's max_len."""
+    reuses the smallest one given back by an earlier request (give_back) that holds as many,
+    else makes one of reused_capacity."""
     if batch == 1:
         with graph.lock:
-            dec = graph.idle.pop() if graph.idle else None
+            fits = [d for d in graph.idle if d.shape[1] >= capacity]
+            dec = min(fits, key=lambda d: d.shape[1]) if fits else None
+            if dec is not None:
+                graph.idle.remove(dec)
         if dec is not None:
             dec.restart(static)
             return dec
-        capacity = cfg.model.max_len
+        capacity = reused_capacity(capacity, cfg.model.max_len)
     m = cfg.model
     dec = CachedDecoder(
         graph, cfg.family, m.n_decoder_layers, m.kv_heads, m.head_dim, capacity, batch, static

@@ -453,6 +453,37 @@ def test_one_row_requests_reuse_decoders_across_threads(translator, generator):
     assert [got_lm[i] for i in range(len(jobs))] == [expected_lm[i % 3] for i in range(len(jobs))]
 
 
+def test_one_row_caches_are_sized_to_the_request_not_the_context(tmp_path_factory,
+                                                                tokenizer_json):  # fmt: skip
+    """A model of 4,096 positions: a short request's one-row decoder holds 256 positions (the
+    power of two >= MIN_REUSED_CAPACITY), a longer one takes a larger decoder, and the next
+    short one reuses the smallest that fits; outputs equal PyTorch's throughout."""
+    from conftest import _checkpoint, export
+
+    from edgeformer.models import complete_ids
+    from edgeformer.runtime.steppers import MIN_REUSED_CAPACITY, reused_capacity
+
+    assert reused_capacity(1, 4096) == MIN_REUSED_CAPACITY == 256
+    assert [reused_capacity(n, 4096) for n in (256, 257, 3000, 5000)] == [256, 512, 4096, 4096]
+    assert reused_capacity(10, 64) == 64
+    ckpt = _checkpoint(tmp_path_factory, tokenizer_json, family="decoder-only",
+                       n_decoder_layers=1, positional="rotary", max_len=4096)  # fmt: skip
+    generator = Generator(export(ckpt, tmp_path_factory, "long-context"), threads=1)
+    idle = generator.model.graphs["decoder"].idle
+    model = _load(ckpt)
+
+    def run(prompt: list[int], n: int) -> None:
+        opts = GenerationOptions(max_new_tokens=n)
+        assert generator.generate_ids([prompt], opts) == complete_ids(model, [prompt], opts)
+
+    run([5, 6, 7], 8)
+    assert [d.shape[1] for d in idle] == [256]
+    run([8, 9], 300)
+    assert sorted(d.shape[1] for d in idle) == [256, 512]
+    run([10], 5)
+    assert sorted(d.shape[1] for d in idle) == [256, 512]
+
+
 def test_small_encoder_runs_one_row_on_one_thread(ed_package):
     """A small model's one-row requests run the encoder on a one-thread session (the latency
     setting), batches on the Translator's threads; translations are the same either way. The
