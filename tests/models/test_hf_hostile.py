@@ -344,11 +344,11 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(folders, tmp_path, capsys, m
 @pytest.fixture(scope="module")
 def translators(tmp_path_factory):
     """Pristine NLLB (M2M100) and T5 folders, with their tokenizers."""
-    from test_hf_translators import build
+    from test_hf_translators import built  # the family tests' folders (built once)
 
     root = tmp_path_factory.mktemp("hostile-translators")
     for name in ("nllb", "t5", "m2m100"):
-        build(name, root / name)
+        shutil.copytree(built(name, tmp_path_factory)[3], root / name)
     return root
 
 

@@ -370,17 +370,11 @@ def translators(tmp_path_factory) -> dict[str, tuple[Path, object]]:
     padding) and M2M100 (its SentencePiece-only tokenizer converted: BPE over fairseq's ids),
     small random models built by tests/models/test_hf_translators.py's helpers and converted
     once for the module."""
-    build = translator_helpers().build
-
-    from edgeformer.export import export_package
-    from edgeformer.models.hf import convert_hf
-
+    built = translator_helpers().built  # shared with tests/models' family tests (one export)
     out = {}
     for name in ("nllb", "bart", "t5", "m2m100"):
-        root = tmp_path_factory.mktemp(f"js-{name}")
-        _, tok = build(name, root / "hf")
-        ckpt = convert_hf(root / "hf", root / "ckpt")
-        out[name] = (export_package(ckpt, root / "pkg", verbose=False), tok)
+        _, _, tok, _, _, pkg = built(name, tmp_path_factory)
+        out[name] = (pkg, tok)
     return out
 
 
