@@ -30,16 +30,20 @@ from typing import IO
 
 from ..core.decoding import GenerationOptions
 from ..core.files import atomic_text
-from ..core.flags import add_flags, given
+from ..core.flags import add_flags, did_you_mean, given
 from ..core.format import VARIANTS
 from ..core.schema import HELD_OUT_KEYS
 from ..core.variants import MAX_QUALITY_LOSS, pick_variant
 from .api import Generator, Translator
 from .batching import BATCH_TYPES, READ_AHEAD, Throughput
+from .package import BUNDLED, DEFAULT_PACKAGE
 from .text import text_problem
 
 log = logging.getLogger("edgeformer")
-PACKAGE_HELP = "model package folder (edgeformer export)"
+PACKAGE_HELP = (
+    "model package folder (edgeformer export), or a bundled package's name: "
+    + ", ".join(BUNDLED)
+)
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -49,7 +53,14 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     if command == "info":
         p.add_argument("package", help=PACKAGE_HELP)
         return
-    p.add_argument("package", help=PACKAGE_HELP)
+    if command in DEFAULT_PACKAGE:  # `edgeformer translate "A man is riding a bike."`
+        p.add_argument(
+            "package", nargs="?", metavar="PACKAGE",
+            help=f"{PACKAGE_HELP} (default: {DEFAULT_PACKAGE[command]}; a first argument that "
+            "is neither a folder nor a bundled name is the first text)",
+        )  # fmt: skip
+    else:
+        p.add_argument("package", help=PACKAGE_HELP)
     what = {
         "translate": "text(s) to translate (default: the lines of --input or stdin)",
         "generate": "prompt(s) (default: the lines of --input or stdin)",
@@ -285,10 +296,30 @@ def output(args: argparse.Namespace) -> Iterator[IO[str]]:
 # ---- commands -------------------------------------------------------------------------------
 
 
+def default_package(args: argparse.Namespace) -> None:
+    """translate / generate without a package: the bundled one (DEFAULT_PACKAGE). The first
+    argument names a package when it is a folder, a bundled name or a path (has a '/'); else it
+    is the first text, unless it is close to a bundled name (a typo: an error that says so)."""
+    default = DEFAULT_PACKAGE.get(args.command)
+    first = args.package
+    if default is None or (first is not None and (
+        os.path.isdir(first) or first in BUNDLED or "/" in first or os.sep in first
+    )):  # fmt: skip
+        return
+    if first is not None:
+        close = did_you_mean(first, list(BUNDLED))
+        if close and not any(c.isspace() for c in first):
+            raise ValueError(f"no model package {first!r}{close}")
+        args.texts = [first, *args.texts]
+    args.package = default
+    log.info(f"no package given: the bundled {default}")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.command == "info":
         print(package_info(args.package))
         return 0
+    default_package(args)
     refuse_file_argument(args)
     if args.command == "score":
         return run_score(args)

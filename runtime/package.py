@@ -26,7 +26,42 @@ from ..core.generation_config import forced_first_token, generation_settings, ig
 from ..core.schema import Golden, PackageConfig, PackageError, VariantEntry
 from .onnx_refs import ProtobufError, external_files
 
-__all__ = ["Package", "PackageError", "load_package"]
+__all__ = ["BUNDLED", "Package", "PackageError", "bundled_package", "load_package"]
+
+# small trained packages installed with edgeformer (runtime/pretrained/, package data): a name
+# here stands for its folder wherever a package path is taken, unless a folder of that name
+# exists. Made by `make models` from the committed recipes (docs/pretrained.md).
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+BUNDLED = {
+    "m30k-en-de": "English -> German, Multi30k (image captions), multi30k-en-de-cpu recipe",
+    "shakespeare": "character-level Tiny Shakespeare LM, shakespeare-char-cpu recipe",
+}
+DEFAULT_PACKAGE = {"translate": "m30k-en-de", "generate": "shakespeare"}
+
+
+def bundled_package(name: str) -> Path | None:
+    """The folder of a bundled package `name` (None: not a bundled name, or not installed)."""
+    if name not in BUNDLED:
+        return None
+    path = PRETRAINED_DIR / name
+    return path if (path / CONFIG_FILE).is_file() else None
+
+
+def resolve_package(path: str | os.PathLike) -> Path:
+    """A package folder: `path` itself, or a bundled package's folder when `path` is one's name
+    and no such folder exists here."""
+    given = Path(path)
+    if not given.exists():
+        bundled = bundled_package(str(path))
+        if bundled is not None:
+            return bundled
+        if str(path) in BUNDLED:
+            raise PackageError(
+                f"bundled model package {path!r} is not installed with this edgeformer "
+                f"({PRETRAINED_DIR} has no {path}/): reinstall edgeformer, or `make models` in "
+                "a clone"
+            )
+    return given
 
 
 @dataclass
@@ -133,8 +168,9 @@ def _inside(path: Path, name: object) -> Path:
 
 def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     """Read and check a package folder: typed config, file names, every listed file present,
-    checksums (verify=True). Nothing outside the folder is ever opened."""
-    path = Path(path)
+    checksums (verify=True). Nothing outside the folder is ever opened. `path` may name a
+    bundled package (BUNDLED)."""
+    path = resolve_package(path)
     if not path.exists():
         recover(path)  # an export killed while it swapped the new package in (core.files)
     if not path.is_dir():
