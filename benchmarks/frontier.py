@@ -189,7 +189,8 @@ def _point(e: _Entry, found: dict, recipe_entries: list[_Entry], threads: int | 
         "threads": threads,
     }
     print(f"  {name:<24} BLEU {p['bleu']:6.2f}  {p['size_mb']:7.2f} MB  "
-          f"{p['ms_per_sentence']:8.2f} ms/sentence  {p['sentences_per_s']:8.1f} sentences/s")  # fmt: skip
+          f"{p['ms_per_sentence']:8.2f} ms/sentence  "
+          f"{p['sentences_per_s']:8.1f} sentences/s")  # fmt: skip
     return p
 
 

@@ -41,8 +41,7 @@ from .text import text_problem
 
 log = logging.getLogger("edgeformer")
 PACKAGE_HELP = (
-    "model package folder (edgeformer export), or a bundled package's name: "
-    + ", ".join(BUNDLED)
+    "model package folder (edgeformer export), or a bundled package's name: " + ", ".join(BUNDLED)
 )
 
 
