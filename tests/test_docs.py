@@ -2,15 +2,19 @@
 
 A fenced block whose language is python, sh, bash or shell is run, unless the line before it is
 `<!-- skip: REASON -->` (a 79-minute training, a model to download, ...). text, console, json and
-blocks without a language are outputs or formats, not run.
+blocks without a language are outputs or formats, not run. A skipped block that makes folders
+later blocks use says so: `<!-- skip: REASON. creates: PATH PATH -->`.
 
-Each block runs on its own in a fresh folder laid out as a user's would be after the quickstart
-(random-weight models stand in for trained ones, so outputs differ but every command works):
+README.md is walked as a new user reads it: its blocks in order, in one fresh empty folder;
+a skipped block's `creates:` paths appear there as random-weight stand-ins (STAND_INS: outputs
+differ from trained models', every command works), so a block that uses a path that nothing
+before it created fails. The walk must leave the layout below, which each block of docs/*.md
+then starts from (on its own, in a fresh copy; the docs pages build on the README):
 
     runs/demo/best, runs/demo/averaged      an encoder-decoder (En->De) checkpoint
     runs/demo/package                       its package (fp32, int8, int4, int8-dynamic)
     runs/shakespeare/best                   a decoder-only checkpoint
-    packages/m30k                           = runs/demo/package
+    packages/m30k                           README's export of runs/demo/best
     packages/shakespeare                    its package (every variant)
     test.en                                 a few English sentences
 
@@ -38,12 +42,37 @@ TIMEOUT_S = 120
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman sings."]
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```", re.M | re.S)
 SKIP = re.compile(r"<!--\s*skip:\s*(.+?)\s*-->\s*$")
+CREATES = re.compile(r"creates:\s*(.+)$")
+README = ROOT / "README.md"
+LAYOUT = ("runs/demo/best", "runs/demo/averaged", "runs/demo/package", "runs/shakespeare/best",
+          "packages/m30k", "packages/shakespeare", "test.en")  # fmt: skip
+
+
+def walk(doc: Path) -> list[tuple[str, str, str | None, list[str]]]:
+    """(language, code, skip reason or None, paths a skipped block creates) of every block of
+    `doc` meant to run, in order."""
+    text = doc.read_text()
+    out = []
+    for m in FENCE.finditer(text):
+        if m.group(1) not in RUN:
+            continue
+        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        skip = SKIP.search(before)
+        reason = skip.group(1) if skip else None
+        creates = CREATES.search(reason or "")
+        out.append(
+            (RUN[m.group(1)], m.group(2), reason, creates.group(1).split() if creates else [])
+        )
+    return out
 
 
 def blocks() -> list:
-    """pytest params: one per runnable block, id 'FILE:LINE'; skipped ones with their reason."""
+    """pytest params: one per runnable block of docs/*.md, id 'FILE:LINE'; skipped ones with
+    their reason (README.md's run in test_readme_walk)."""
     out = []
     for doc in DOCS:
+        if doc == README:
+            continue
         text = doc.read_text()
         for m in FENCE.finditer(text):
             lang = m.group(1)
@@ -59,19 +88,70 @@ def blocks() -> list:
 
 
 @pytest.fixture(scope="session")
-def layout(tmp_path_factory, ed_checkpoint, ed_package, lm_checkpoint, lm_package) -> Path:
-    """The folder every block starts from (copied per block: blocks may write into it)."""
+def stand_ins(ed_checkpoint, ed_package, lm_checkpoint, lm_package) -> dict[str, Path]:
+    """What a skipped block's `creates:` path stands for (random weights, the real shapes)."""
+    return {
+        "runs/demo/best": ed_checkpoint,
+        "runs/demo/averaged": ed_checkpoint,
+        "runs/demo/package": ed_package,
+        "runs/shakespeare/best": lm_checkpoint,
+        "packages/shakespeare": lm_package,
+    }
+
+
+def run_block(kind: str, code: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env.pop("EDGEFORMER_LOG_LEVEL", None)
+    if kind == "python":
+        cmd = [sys.executable, "-c", code]
+    else:
+        cmd = ["bash", "-euo", "pipefail", "-c", code]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def readme_walk(tmp_path_factory, stand_ins) -> tuple[Path, list[str]]:
+    """README.md's blocks run in order in one fresh folder: (the folder, problems found)."""
     root = tmp_path_factory.mktemp("user")
-    for src, dst in (
-        (ed_checkpoint, "runs/demo/best"),
-        (ed_checkpoint, "runs/demo/averaged"),
-        (ed_package, "runs/demo/package"),
-        (ed_package, "packages/m30k"),
-        (lm_checkpoint, "runs/shakespeare/best"),
-        (lm_package, "packages/shakespeare"),
-    ):
-        shutil.copytree(src, root / dst)
-    (root / "test.en").write_text("\n".join(SENTENCES) + "\n")
+    problems = []
+    for n, (kind, code, skip, creates) in enumerate(walk(README), 1):
+        if skip is not None:
+            for path in creates:
+                if path not in stand_ins:
+                    problems.append(f"block {n} creates {path}: no stand-in for it in the test")
+                    continue
+                shutil.copytree(stand_ins[path], root / path)
+            continue
+        run = run_block(kind, code, root)
+        if run.returncode != 0:
+            problems.append(f"block {n} exit {run.returncode}:\n{code}\n{run.stderr[-2000:]}")
+        elif "note:" in run.stderr or "Warning" in run.stderr:  # e.g. max_new_tokens cut short
+            problems.append(f"block {n} warns:\n{code}\n{run.stderr[-2000:]}")
+    return root, problems
+
+
+def test_readme_runs_in_order_in_a_fresh_folder(readme_walk):
+    """Every path a README command uses exists after the commands before it (the skipped
+    ones' `creates:` stand in for their trainings), and no command warns."""
+    root, problems = readme_walk
+    assert not problems, "\n\n".join(problems)
+    missing = [p for p in LAYOUT if not (root / p).exists()]
+    assert not missing, f"README.md's commands do not make what docs/*.md start from: {missing}"
+
+
+def test_the_walk_fails_on_a_path_nothing_created(tmp_path):
+    """The harness can fail: a README whose command uses a folder no block before made."""
+    doc = tmp_path / "README.md"
+    doc.write_text("```sh\nedgeformer info packages/nowhere\n```\n")
+    ((kind, code, skip, creates),) = walk(doc)
+    assert run_block(kind, code, tmp_path).returncode != 0
+
+
+@pytest.fixture(scope="session")
+def layout(tmp_path_factory, readme_walk) -> Path:
+    """The folder every docs/*.md block starts from: the README walk's (copied per block)."""
+    root, _ = readme_walk
     return root
 
 
@@ -79,21 +159,14 @@ def test_every_block_is_found():
     """The harness sees the blocks (a regex that matched nothing would pass everything)."""
     found = blocks()
     assert len(found) >= 5, [p.id for p in found]
-    assert any(p.id.startswith("README.md") for p in found)
+    assert len(walk(README)) >= 5 and any(c for *_, c in walk(README))
 
 
 @pytest.mark.parametrize("kind, code", blocks())
 def test_block_runs_as_written(kind, code, layout, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(layout, work)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    env.pop("EDGEFORMER_LOG_LEVEL", None)
-    if kind == "python":
-        cmd = [sys.executable, "-c", code]
-    else:
-        cmd = ["bash", "-euo", "pipefail", "-c", code]
-    run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                         timeout=TIMEOUT_S)  # fmt: skip
+    run = run_block(kind, code, work)
     assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
 
 

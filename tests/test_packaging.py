@@ -5,6 +5,7 @@ a package; the commands that need torch say which extra to install."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,3 +130,43 @@ def test_the_bench_is_a_distribution_of_its_own(tmp_path):
     assert {n.split("/")[1] for n in names if n.startswith("edgeformer/")} == {"benchmarks"}
     meta = zipfile.ZipFile(whl).read("edgeformer_bench-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Dist: edgeformer[bench,train]==0.1.0" in meta
+
+
+def test_the_bundled_packages_translate_right_after_install(runtime_env, dist):
+    """The wheel carries runtime/pretrained/: a device install translates and generates with no
+    training and no package argument."""
+    from edgeformer.runtime.package import BUNDLED, PRETRAINED_DIR
+
+    if not all((PRETRAINED_DIR / n / "config.json").is_file() for n in BUNDLED):
+        pytest.skip("runtime/pretrained/ has no packages (make models)")
+    names = zipfile.ZipFile(wheel(dist)).namelist()
+    for name in BUNDLED:
+        assert f"edgeformer/runtime/pretrained/{name}/config.json" in names
+    t = edgeformer(runtime_env, "translate", "A man is riding a bike.", "Two dogs play.")
+    assert t.returncode == 0 and len(t.stdout.splitlines()) == 2, t.stderr
+    g = edgeformer(runtime_env, "generate", "ROMEO:", "--max-new-tokens", "8")
+    assert g.returncode == 0 and g.stdout.startswith("ROMEO:"), g.stderr
+
+
+GIT_INSTALL = re.compile(r'pip install "([^"]+ @ git\+[^"]+)"')
+
+
+def test_the_documented_git_install_lines_parse_with_a_fresh_venvs_pip(runtime_env):
+    """pip 23.x (what `python -m venv` bundles) refuses `name @ git+file:///path` (its URL check
+    wants a host); the git lines README.md and the docs give must parse with it."""
+    pip_python = str(runtime_env / "python")
+    check = (
+        "import sys; from pip._vendor.packaging.requirements import Requirement; "
+        "Requirement(sys.argv[1])"
+    )
+
+    def parses(line: str) -> bool:
+        return subprocess.run([pip_python, "-c", check, line], capture_output=True).returncode == 0
+
+    if parses("edgeformer[cpu] @ git+file:///tmp/clone"):
+        pytest.skip("this venv's pip takes file:/// URLs (pip >= 24): nothing to check")
+    lines = [m for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+             for m in GIT_INSTALL.findall(doc.read_text())]  # fmt: skip
+    assert lines, "no git install line found"
+    for line in [*lines, "edgeformer[cpu] @ git+file://localhost/tmp/clone"]:
+        assert parses(line.replace("HOST/PATH", "example.org/me")), line
