@@ -177,6 +177,8 @@ def contract() -> dict[str, Any]:
             "max_quality_loss": variants.MAX_QUALITY_LOSS,
             "max_bleu_loss": variants.MAX_BLEU_LOSS,
             "max_perplexity_increase": variants.MAX_PERPLEXITY_INCREASE,
+            "speed_margin": variants.SPEED_MARGIN,
+            "preference": list(variants.PREFERENCE),
         },
         "generation_config": {
             "fields": dict(generation_config.GENERATION_FIELDS),  # hf name -> option

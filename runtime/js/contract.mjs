@@ -934,7 +934,14 @@ export default {
  "variant_auto": {
   "max_bleu_loss": 0.5,
   "max_perplexity_increase": 0.03,
-  "max_quality_loss": 0.05
+  "max_quality_loss": 0.05,
+  "preference": [
+   "fp32",
+   "int8",
+   "int8-dynamic",
+   "int4"
+  ],
+  "speed_margin": 0.1
  },
  "variant_files": {
   "fp32": {

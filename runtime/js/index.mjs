@@ -56,11 +56,23 @@ export function pickVariant(cfg, maxQualityLoss = null) {
     (k) => !heldOut(measured[k]) && 1 - measured[k].agreement <= bound + 1e-12,
   );
   if (!ok.length) return ["fp32", "no variant within the bounds: fp32"];
-  const best = ok.reduce((a, b) => (measured[b].ms_per_token < measured[a].ms_per_token ? b : a));
+  const best = fastestWithinMargin(Object.fromEntries(ok.map((k) => [k, measured[k].ms_per_token])));
   return [
     best,
-    `${best}: fastest at export (${measured[best].ms_per_token.toFixed(3)} ms/token) within the quality bounds`,
+    `${best}: fastest at export (${measured[best].ms_per_token.toFixed(3)} ms/token, ties within ` +
+      `${Math.round(CONTRACT.variant_auto.speed_margin * 100)}% going to the more exact) within the quality bounds`,
   ];
+}
+
+/** Of the variants within speed_margin of the fastest, the first in the contract's preference
+ *  (then by name): core/variants.py's fastest_within_margin. */
+export function fastestWithinMargin(msPerToken) {
+  const { speed_margin, preference } = CONTRACT.variant_auto;
+  const fastest = Math.min(...Object.values(msPerToken));
+  const rank = (k) => (preference.includes(k) ? preference.indexOf(k) : preference.length);
+  return Object.keys(msPerToken)
+    .filter((k) => msPerToken[k] <= fastest * (1 + speed_margin))
+    .sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : a > b ? 1 : 0))[0];
 }
 
 /** "1.22.0" -> a string that compares as the version does ("00001.00022.00000"). */

@@ -521,6 +521,49 @@ def test_js_close_matches_are_difflibs(node):
         assert got == difflib.get_close_matches(word, codes, n=5, cutoff=0.5), word
 
 
+def test_js_auto_picks_pythons_variant(node):
+    """runtime/js's pickVariant is core/variants.pick_variant: the same quality bounds and the
+    same speed ties (within SPEED_MARGIN of the fastest, the more exact variant runs), on random
+    measurements where ties, lossy variants and held-out scores occur."""
+    import random
+
+    from edgeformer.core.variants import pick_variant
+
+    rng = random.Random(1)
+    cases = []
+    for _ in range(300):
+        measured = {}
+        for name in rng.sample(["fp32", "int8", "int8-dynamic", "int4"], rng.randint(1, 4)):
+            m = {"ms_per_token": round(rng.uniform(1.0, 1.3), 3),
+                 "agreement": rng.choice([1.0, 0.97, 0.9])}  # fmt: skip
+            if rng.random() < 0.5:
+                m["bleu"] = round(rng.uniform(30, 31), 2)
+            measured[name] = m
+        cases.append(measured)
+    configs = [{"variants": {k: {"measured": m} for k, m in c.items()}} for c in cases]
+    script = (
+        "const { pickVariant } = await import(process.argv[1]);"
+        "const configs = JSON.parse(process.argv[2]);"
+        "console.log(JSON.stringify(configs.map((c) => pickVariant(c)[0])));"
+    )
+    cmd = [node, "--input-type=module", "-e", script, (JS / "index.mjs").as_uri(),
+           json.dumps(configs)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    want = [pick_variant(_measured_config(c))[0] for c in cases]
+    assert got == want
+    assert len(set(want)) >= 3  # the cases reach several outcomes
+
+
+def _measured_config(measured: dict):
+    """A PackageConfig-like object whose variants carry `measured` (what pick_variant reads)."""
+    from types import SimpleNamespace
+
+    variants = {k: SimpleNamespace(measured=m) for k, m in measured.items()}
+    return SimpleNamespace(variants=variants)
+
+
 # ---------------------------------------------------------------- one contract (issue 51 item 2)
 
 
