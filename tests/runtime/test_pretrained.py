@@ -14,10 +14,10 @@ from edgeformer.core.data import load_multi30k
 from edgeformer.core.metrics import bleu_scores
 from edgeformer.runtime import Generator, Translator
 from edgeformer.runtime import package as package_module
-from edgeformer.runtime.cli import main
+from edgeformer.cli import main
 from edgeformer.runtime.package import BUNDLED, DEFAULT_PACKAGE, PRETRAINED_DIR, load_package
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
