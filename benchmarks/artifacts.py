@@ -264,7 +264,37 @@ def real_model(shape: Shape, path: Path) -> None:
     model = cls(config).float().eval()
     model.config.dtype = torch.float32
     model.save_pretrained(path)
-    real_tokenizer(hf, path)
+    if shape.hf.get("_bench_languages"):
+        nllb_tokenizer(shape.hf, path)
+    else:
+        real_tokenizer(hf, path)
+
+
+def nllb_tokenizer(hf: dict, path: Path) -> None:
+    """transformers' NllbTokenizer (fast) over NLLB's layout (shapes.nllb_layout): <s> <pad>
+    </s> <unk>, the words `▁t<id>` up to the language codes, the codes, <mask>; saved with
+    save_pretrained (tokenizer.json, tokenizer_config.json with the codes), so that every
+    converter reads the languages as from NLLB's own files. The words have no merges: the
+    bench gives every stack token ids, never text."""
+    from transformers import NllbTokenizer
+
+    from .shapes import SOURCE_LANG, nllb_codes
+
+    layout = hf["_bench_languages"]
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    words = [f"\u2581t{i}" for i in range(len(specials), layout["words"])]
+    # the codes and <mask> in the vocabulary at NLLB-200's ids (transformers would add <mask>
+    # before the codes)
+    tokens = [*specials, *words, *nllb_codes(), "<mask>"]
+    tok = NllbTokenizer(vocab={t: i for i, t in enumerate(tokens)}, merges=[], src_lang=SOURCE_LANG)
+    for side in ("source", "target"):
+        code, want = layout[side]
+        if tok.convert_tokens_to_ids(code) != want:  # transformers numbered them otherwise
+            got = tok.convert_tokens_to_ids(code)
+            raise RuntimeError(f"NllbTokenizer put {code} at id {got}, not {want}")
+    if len(tok) > hf["vocab_size"]:
+        raise RuntimeError(f"NllbTokenizer has {len(tok)} tokens, vocab_size {hf['vocab_size']}")
+    tok.save_pretrained(path)
 
 
 def real_tokenizer(hf: dict, path: Path) -> None:
@@ -367,6 +397,15 @@ def ct2_dir(shape: Shape, work: Path, int8: bool = False) -> Path:
 
     name = f"{shape.name}-ct2-{'int8' if int8 else 'fp32'}"
     return _cached(work / name, shape_key(shape), convert)
+
+
+def ct2_vocab(path: Path) -> list[str]:
+    """The token strings by id of a CTranslate2 model folder (its shared or target vocabulary,
+    as its converter wrote them: a real shape's tokenizer's, padded to vocab_size)."""
+    for name in ("shared_vocabulary.json", "target_vocabulary.json", "vocabulary.json"):
+        if (path / name).is_file():
+            return json.loads((path / name).read_text(encoding="utf-8"))
+    raise FileNotFoundError(f"{path}: no CTranslate2 vocabulary file")
 
 
 # ---- CTranslate2 on a trained package's own weights (the frontier) ----------------------------

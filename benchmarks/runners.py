@@ -27,6 +27,7 @@ from pathlib import Path
 from . import artifacts
 from .files import FileBatching
 from .settings import Job
+from .shapes import forced_target
 
 
 @dataclass
@@ -147,6 +148,22 @@ def ort_options(threads: int, spinning: bool | None = None):
     return so
 
 
+Decode = Callable[[int, list[int] | None], list[list[int]]]  # (new tokens, forced prefix)
+
+
+def forcing_first(forced: int | None, n: int, decode: Decode) -> list[list[int]]:
+    """n tokens per row whose first is `forced` (a multilingual shape's target language,
+    counted in the n as transformers counts forced_bos_token_id): `decode(k, prefix)` with the
+    forced token as each row's target prefix and n - 1 more. n == 1 (TTFT): the one decoding
+    step, its token replaced by the forced one, as transformers' forcing processor does (the same
+    work). Without a forced token: decode(n, None)."""
+    if forced is None:
+        return decode(n, None)
+    if n == 1:
+        return [[forced] + r[1:] for r in decode(1, None)]
+    return decode(n - 1, [forced])
+
+
 def env_threads(threads: int) -> dict[str, str]:
     """Environment for child processes: the same thread count for OpenMP-based engines."""
     return {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -166,12 +183,30 @@ def load_our_torch(job: Job) -> Runner:
     torch.set_num_threads(job.threads)
     ckpt = artifacts.checkpoint_for(job)
     model, _ = load_checkpoint(ckpt)
+    forced = forced_target(job.shape)
+
+    @torch.no_grad()
+    def translate(ids, k: int, prefix: list[int] | None):
+        from edgeformer.core.decoding import DecodeInputs
+        from edgeformer.core.decoding import generate as decode
+        from edgeformer.core.options import prepare_options
+        from edgeformer.models.generation import EncoderDecoderStepper, never
+
+        assert isinstance(model, EncoderDecoder)
+        options = GenerationOptions(max_new_tokens=k, ignore_eos=True)
+        if prefix is None:
+            return translate_ids(model, ids, options)
+        cfg = model.cfg  # models.translate_ids with a forced prefix per row
+        opts, _ = prepare_options(options, cfg.vocab_size, cfg.max_len - len(prefix))
+        x, mask = pad_batch(ids, cfg.source_pad_id)
+        stepper = EncoderDecoderStepper(model, x, mask)
+        inputs = DecodeInputs(cfg.eos_id, banned=never(cfg), prefixes=[prefix] * len(ids))
+        return decode(stepper.first_logits(), stepper, opts, inputs)
 
     def generate(ids, n):
-        options = GenerationOptions(max_new_tokens=n, ignore_eos=True)
         if isinstance(model, EncoderDecoder):
-            return translate_ids(model, ids, options)
-        return complete_ids(model, ids, options)
+            return forcing_first(forced, n, lambda k, prefix: translate(ids, k, prefix))
+        return complete_ids(model, ids, GenerationOptions(max_new_tokens=n, ignore_eos=True))
 
     @torch.no_grad()
     def encode(ids):
@@ -211,9 +246,16 @@ def load_our_runtime(
         spinning=job.settings.spinning,
     )  # fmt: skip
     call = getattr(rt, "translate_ids" if job.shape.is_ed else "generate_ids")
+    forced = forced_target(job.shape)
 
     def generate(ids, n):
-        return call(ids, GenerationOptions(max_new_tokens=n, ignore_eos=True))
+        def decode(k: int, prefix: list[int] | None):
+            opts = GenerationOptions(max_new_tokens=k, ignore_eos=True)
+            if prefix is None:
+                return call(ids, opts)
+            return call(ids, opts, target_prefix=[prefix] * len(ids))
+
+        return forcing_first(forced, n, decode)
 
     encode = None
     if job.shape.is_ed:  # a session of our own on the variant's encoder graph
@@ -276,16 +318,19 @@ def load_our_runtime(
 # ---- peers: Hugging Face PyTorch, Optimum, CTranslate2 -----------------------------------------
 
 
-def _hf_generate(model, is_ed: bool, pad_id: int):
-    """HF `generate`, greedy, exactly n new tokens (min_new_tokens = max_new_tokens)."""
+def _hf_generate(model, is_ed: bool, pad_id: int, forced: int | None = None):
+    """HF `generate`, greedy, exactly n new tokens (min_new_tokens = max_new_tokens); `forced`:
+    the target language forced first (forced_bos_token_id, as NLLB's translations are made)."""
     import torch
+
+    extra = {} if forced is None else {"forced_bos_token_id": forced}
 
     @torch.no_grad()
     def generate(ids, n):
         x = torch.tensor(ids, dtype=torch.long)  # workloads have equal-length rows
         out = model.generate(
             input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
-            do_sample=False, num_beams=1, use_cache=True, pad_token_id=pad_id,
+            do_sample=False, num_beams=1, use_cache=True, pad_token_id=pad_id, **extra,
         )  # fmt: skip
         start = 1 if is_ed else x.shape[1]  # ED: drop the decoder start token; LM: the prompt
         return out[:, start:].tolist()
@@ -319,7 +364,8 @@ def load_hf_torch(job: Job) -> Runner:
         pad = model.config.eos_token_id
     encode = _hf_encode(model.get_encoder()) if job.shape.is_ed else None
     files = sorted(path.glob("*.safetensors"))
-    return Runner(_hf_generate(model, job.shape.is_ed, pad), encode, files)
+    generate = _hf_generate(model, job.shape.is_ed, pad, forced_target(job.shape))
+    return Runner(generate, encode, files)
 
 
 def load_hf_llama(job: Job) -> Runner:
@@ -363,7 +409,8 @@ def load_optimum(job: Job, int8: bool) -> Runner:
     ]
     pad = model.config.pad_token_id
     encode = _hf_encode(model.encoder) if job.shape.is_ed else None
-    return Runner(_hf_generate(model, job.shape.is_ed, pad), encode, files, sessions)
+    generate = _hf_generate(model, job.shape.is_ed, pad, forced_target(job.shape))
+    return Runner(generate, encode, files, sessions)
 
 
 def load_ct2(job: Job, int8: bool) -> Runner:
@@ -372,19 +419,28 @@ def load_ct2(job: Job, int8: bool) -> Runner:
     if job.frontier:
         return load_ct2_package(job, int8)
     path = artifacts.ct2_dir(job.shape, job.work, int8=int8)
-    vocab = artifacts.hf_vocab(job.shape)
+    vocab = artifacts.ct2_vocab(path) if job.shape.real else artifacts.hf_vocab(job.shape)
     index = {t: i for i, t in enumerate(vocab)}
+    forced = forced_target(job.shape)
     kw = dict(device="cpu", compute_type="int8" if int8 else "float32", inter_threads=1)
     kw["intra_threads"] = job.threads
     if job.shape.is_ed:
         tr = ctranslate2.Translator(str(path), **kw)
 
-        def generate(ids, n):
+        def decode(ids, k: int, prefix: list[int] | None):
+            # the target prefix counts in max_decoding_length and is in the hypotheses
+            extra = {}
+            if prefix is not None:
+                extra["target_prefix"] = [[vocab[i] for i in prefix]] * len(ids)
+                k += len(prefix)
             res = tr.translate_batch(
-                [[vocab[i] for i in r] for r in ids], beam_size=1, max_decoding_length=n,
-                min_decoding_length=n, max_input_length=0,
+                [[vocab[i] for i in r] for r in ids], beam_size=1, max_decoding_length=k,
+                min_decoding_length=k, max_input_length=0, **extra,
             )  # fmt: skip
             return [[index[t] for t in r.hypotheses[0]] for r in res]
+
+        def generate(ids, n):
+            return forcing_first(forced, n, lambda k, prefix: decode(ids, k, prefix))
 
         parallel: dict[int, ctranslate2.Translator] = {}  # inter_threads > 1
 
@@ -396,7 +452,8 @@ def load_ct2(job: Job, int8: bool) -> Runner:
                     options = kw | dict(inter_threads=b.inter_threads, intra_threads=threads)
                     parallel[b.inter_threads] = ctranslate2.Translator(str(path), **options)
                 t = parallel[b.inter_threads]
-            eos = vocab[0]  # Marian's '</s>': the source ends with it, as in `generate`
+            # the source ends with EOS, as in `generate` (Marian's '</s>' is id 0)
+            eos = vocab[job.shape.cfg.eos_id if job.shape.real else 0]
             lines = src.read_text(encoding="utf-8").splitlines()
             res = t.translate_batch(
                 [line.split() + [eos] for line in lines], max_batch_size=b.max_batch_size,

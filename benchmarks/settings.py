@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from . import llama_env, optimum_env
 from .shapes import (
     QUICK_SWEEP_BATCHES,
+    REAL_SHAPES,
     SHAPE_GROUPS,
     SWEEP_BATCHES,
     WORKLOADS,
@@ -82,7 +83,7 @@ class Settings:
                 raise ValueError(f"unknown workload {w!r}; expected W1, W2, W3, W4, sweep, file")
         for s in self.shapes:
             if not is_shape_spec(s):
-                known = ", ".join(["ed", "lm", *SHAPE_GROUPS, *SHAPE_GROUPS["real"]])
+                known = ", ".join(["ed", "lm", *SHAPE_GROUPS, *REAL_SHAPES])
                 raise ValueError(
                     f"unknown shape {s!r}; expected {known} or a Hugging Face config.json"
                 )

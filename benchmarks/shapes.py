@@ -161,6 +161,19 @@ REAL_SHAPES: dict[str, dict[str, Any]] = {
         bos_token_id=151643, eos_token_id=151643, use_sliding_window=False,
         sliding_window=None, max_window_layers=24,
     ),
+    # NLLB-200 distilled 600M: M2M100's architecture (pre-LN, scaled embeddings, fairseq's
+    # sinusoids), NLLB's tokenizer (`tokenizer_class`: language codes after the words, a
+    # source `eng_Latn ... </s>`, the target language forced after the decoder start </s>)
+    "nllb-600m": dict(
+        architectures=["M2M100ForConditionalGeneration"], model_type="m2m_100",
+        vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12,
+        encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+        decoder_ffn_dim=4096, activation_function="relu", max_position_embeddings=1024,
+        scale_embedding=True, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        decoder_start_token_id=2, tie_word_embeddings=True, tokenizer_class="NllbTokenizer",
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+    ),
 }  # fmt: skip
 REAL_TITLES = {
     "opus-mt-en-de": "Helsinki-NLP/opus-mt-en-de (Marian, d_model 512, 6+6 layers, vocab 58,101)",
@@ -168,8 +181,58 @@ REAL_TITLES = {
     "tied)",
     "qwen2.5-0.5b": "Qwen2.5-0.5B (Qwen2, d_model 896, 24 layers, 14 heads / 2 KV, FFN 4,864, "
     "vocab 151,936, tied, QKV bias)",
+    "nllb-600m": "NLLB-200-distilled-600M (M2M100, d_model 1024, 12+12 layers, 16 heads, FFN "
+    "4,096, vocab 256,206, tied; eng_Latn -> deu_Latn)",
 }
-SHAPE_GROUPS = {"real": tuple(REAL_SHAPES)}  # --shapes real: the three
+# --shapes real: the translator and the LMs of issue 49 (~10 min with builds cached);
+# --shapes multilingual: NLLB-600M alone (615 M parameters, its own run: benchmarks/README.md)
+SHAPE_GROUPS = {
+    "real": ("opus-mt-en-de", "smollm2-135m", "qwen2.5-0.5b"),
+    "multilingual": ("nllb-600m",),
+}
+
+# NLLB's tokenizer (transformers' NllbTokenizer): <s> <pad> </s> <unk> and the words, then its
+# language codes, then <mask>; a config's vocab_size may run past them (NLLB-200: 2 ids). The
+# bench's random translations go from SOURCE_LANG to TARGET_LANG, as `translate(...,
+# src_lang="eng_Latn", tgt_lang="deu_Latn")` does: the source's first token, and the token forced
+# after the decoder start (forced_bos_token_id; CTranslate2's target prefix).
+NLLB_TOKENIZER = "NllbTokenizer"
+NLLB_SPARE = 2  # NLLB-200's vocab_size 256,206 = its tokenizer's 256,204 tokens + 2
+SOURCE_LANG, TARGET_LANG = "eng_Latn", "deu_Latn"
+
+
+def nllb_codes() -> list[str]:
+    """NLLB's language codes, in the order its tokenizer numbers them (transformers' list)."""
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    return list(FAIRSEQ_LANGUAGE_CODES)
+
+
+def nllb_layout(hf: dict) -> dict[str, Any]:
+    """Where an NLLB-tokenizer config's tokens sit: `words` (the ids below the language codes:
+    the 4 specials and the words), the source and target language codes and their ids."""
+    codes = nllb_codes()
+    words = hf["vocab_size"] - len(codes) - 1 - NLLB_SPARE  # - <mask>
+    if words <= 4:
+        raise ValueError(
+            f"vocab_size {hf['vocab_size']}: too small for NLLB's tokenizer ({len(codes)} "
+            f"language codes, <mask> and {NLLB_SPARE} spare ids after the words)"
+        )
+    ids = {c: words + codes.index(c) for c in (SOURCE_LANG, TARGET_LANG)}
+    return {"words": words, "source": [SOURCE_LANG, ids[SOURCE_LANG]],
+            "target": [TARGET_LANG, ids[TARGET_LANG]]}  # fmt: skip
+
+
+def languages(shape: Shape) -> dict[str, Any] | None:
+    """A multilingual shape's `nllb_layout` (None for a one-pair or LM shape)."""
+    return None if shape.hf is None else shape.hf.get("_bench_languages")
+
+
+def forced_target(shape: Shape) -> int | None:
+    """The token every stack forces first in a translation of the shape (the target language's;
+    None: none)."""
+    lang = languages(shape)
+    return None if lang is None else int(lang["target"][1])
 
 
 def real_title(hf: dict) -> str:
@@ -234,10 +297,16 @@ def real_shape(name: str, fields: dict, source: str = "") -> Shape:
         raise ValueError(f"shape {name}: transformers has no model class {arch!r}")
     hf = json.loads(config.to_json_string(use_diff=False))
     hf["architectures"] = [arch]
+    extra: dict[str, Any] = {"_bench_shape": name, "_bench_source": source or name}
+    if hf.get("tokenizer_class") == NLLB_TOKENIZER and model_type == "m2m_100":
+        try:
+            extra["_bench_languages"] = nllb_layout(hf)
+        except ValueError as e:
+            raise ValueError(f"shape {name}: {e}") from None
     arch, loader = loader_for(hf)
     cfg = loader.config(loader.fields(hf, arch))
     cfg = type(cfg).from_dict({**cfg.to_dict(), "dropout": 0.0})
-    return Shape(name, cfg, {**hf, "_bench_shape": name, "_bench_source": source or name})
+    return Shape(name, cfg, {**hf, **extra})
 
 
 def resolve_shape(spec: str, quick: bool = False) -> Shape:

@@ -29,7 +29,7 @@ from typing import Any
 from . import artifacts, llama_env, optimum_env, runners
 from .runners import Runner
 from .settings import Job, Settings
-from .shapes import Shape, make_inputs
+from .shapes import Shape, languages, make_inputs
 
 ED, LM = "encoder-decoder", "decoder-only"
 
@@ -273,8 +273,14 @@ def package_variants(stacks: list[Stack]) -> tuple[str, ...]:
 
 def inputs_for(stack: Stack, shape: Shape, batch: int, length: int) -> list[list[int]]:
     """The same random ids for every stack of a family, in the stack's own vocabulary: ours (ids
-    from 4), the HF GPT-2 / Marian models' (from 2, below the last id) or the Llama's (from 3)."""
+    from 4), the HF GPT-2 / Marian models' (from 2, below the last id) or the Llama's (from 3);
+    a multilingual shape's sources start with the source language (NLLB's `eng_Latn` words
+    `</s>`, words from 4, below the language codes)."""
     V = shape.cfg.vocab_size
+    lang = languages(shape)
+    if lang is not None and stack.vocab != "ours":  # NLLB: `eng_Latn words </s>`
+        rows = make_inputs(batch, length - 1, V, _real_eos(shape), 4, lang["words"])
+        return [[int(lang["source"][1]), *r] for r in rows]
     if shape.hf is not None and stack.vocab != "ours":  # ids below the config's special ones
         return make_inputs(batch, length, V, _real_eos(shape), 2, _real_high(shape))
     if stack.vocab == "ours":

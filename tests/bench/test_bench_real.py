@@ -1,7 +1,9 @@
 """`edgeformer bench` at real shapes (issue 49): named shapes and a user's config.json resolve
 to the dimensions of the models they name; a config.json runs end to end with every stack on
 the same random weights; the physical floor (bandwidth, bytes per step from each file kind);
-the real-shape goals; the llama.cpp stacks' environment and their skip reasons."""
+the real-shape goals; the llama.cpp stacks' environment and their skip reasons. The
+multilingual shape (issue 48): an NLLB config gets NLLB's tokenizer and every installed stack
+translates `eng_Latn` sources with `deu_Latn` forced first, as HF PyTorch does."""
 
 from __future__ import annotations
 
@@ -17,8 +19,21 @@ import pytest
 from edgeformer.benchmarks import floor, llama_env, report, targets
 from edgeformer.benchmarks.cli import add_arguments
 from edgeformer.benchmarks.settings import Job, Settings
-from edgeformer.benchmarks.shapes import REAL_SHAPES, resolve_shape
-from edgeformer.benchmarks.stacks import for_job, get_stack, select_stacks, skip_reason
+from edgeformer.benchmarks.shapes import (
+    REAL_SHAPES,
+    SHAPE_GROUPS,
+    forced_target,
+    languages,
+    resolve_shape,
+)
+from edgeformer.benchmarks.stacks import (
+    for_job,
+    get_stack,
+    inputs_for,
+    package_variants,
+    select_stacks,
+    skip_reason,
+)
 
 HAVE_HF = all(importlib.util.find_spec(m) for m in ("transformers", "torch", "onnx"))
 TINY_QWEN = dict(
@@ -26,6 +41,22 @@ TINY_QWEN = dict(
     intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     max_position_embeddings=1024, tie_word_embeddings=True, bos_token_id=500, eos_token_id=500,
     torch_dtype="bfloat16",
+)  # fmt: skip
+# NLLB-200's layout at a small width: M2M100, NLLB's tokenizer (words, 202 language codes,
+# <mask>, 2 spare ids), larger random weights than transformers' init (outputs that vary:
+# at 0.02 a random translator repeats one token)
+TINY_NLLB = dict(
+    architectures=["M2M100ForConditionalGeneration"], model_type="m2m_100", vocab_size=1000,
+    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=48,
+    max_position_embeddings=64, scale_embedding=True, pad_token_id=1, bos_token_id=0,
+    eos_token_id=2, decoder_start_token_id=2, tie_word_embeddings=True,
+    tokenizer_class="NllbTokenizer", init_std=0.3,
+)  # fmt: skip
+# every stack of the multilingual row (Optimum's run in an environment of their own)
+NLLB_STACKS = (
+    "hf-torch", "edgeformer-torch", "edgeformer-fp32", "edgeformer-int8", "edgeformer-int4",
+    "ct2-fp32", "ct2-int8", "optimum-fp32", "optimum-int8",
 )  # fmt: skip
 
 
@@ -37,7 +68,7 @@ def _settings(*argv: str) -> Settings:
 
 @pytest.mark.skipif(not HAVE_HF, reason="no transformers")
 def test_named_shapes_have_the_dimensions_of_the_models_they_name():
-    marian, smol, qwen = (resolve_shape(n) for n in REAL_SHAPES)
+    marian, smol, qwen, nllb = (resolve_shape(n) for n in REAL_SHAPES)
     m = marian.cfg
     assert (m.family, m.d_model, m.n_encoder_layers, m.n_decoder_layers) == (
         "encoder-decoder", 512, 6, 6,
@@ -54,6 +85,18 @@ def test_named_shapes_have_the_dimensions_of_the_models_they_name():
     )  # fmt: skip
     assert q.tie_embeddings and q.head_dim == 64 and q.qkv_bias
     assert qwen.real and "random weights" in qwen.describe() and "Qwen2.5-0.5B" in qwen.describe()
+    n = nllb.cfg
+    assert (n.family, n.d_model, n.n_encoder_layers, n.n_decoder_layers, n.n_heads) == (
+        "encoder-decoder", 1024, 12, 12, 16,
+    )  # fmt: skip
+    assert (n.vocab_size, n.d_ff, n.activation, n.norm, n.scale_embeddings) == (
+        256206, 4096, "relu", "pre", True,
+    )  # fmt: skip
+    assert n.tie_embeddings and n.max_len == 1024 and n.bos_id == n.eos_id == 2
+    # NLLB-200's own ids: words below 256,001, then the codes (eng_Latn 256047, deu_Latn 256042)
+    assert languages(nllb) == {"words": 256001, "source": ["eng_Latn", 256047],
+                               "target": ["deu_Latn", 256042]}  # fmt: skip
+    assert forced_target(nllb) == 256042 and forced_target(marian) is None
 
 
 @pytest.mark.skipif(not HAVE_HF, reason="no transformers")
@@ -78,7 +121,10 @@ def test_a_config_json_is_a_shape_and_bad_ones_are_named(tmp_path):
 
 def test_real_settings_defaults_and_job_round_trip(tmp_path):
     s = _settings("--shape", "real")
-    assert s.shapes == tuple(REAL_SHAPES)
+    assert s.shapes == ("opus-mt-en-de", "smollm2-135m", "qwen2.5-0.5b") == SHAPE_GROUPS["real"]
+    many = _settings("--shapes", "multilingual")
+    assert many.shapes == ("nllb-600m",) and many.workloads == ("W1", "W2", "W4")
+    assert set(REAL_SHAPES) == {n for group in SHAPE_GROUPS.values() for n in group}
     assert (s.workloads, s.rounds, s.warmup, s.memory) == (("W1", "W2", "W4"), 3, 1, "delta")
     mixed = _settings("--shapes", "lm,smollm2-135m")
     assert mixed.workloads == ("W1", "W2", "W3", "sweep", "file") and mixed.rounds == 7
@@ -256,3 +302,81 @@ def test_bench_of_a_config_json_runs_the_same_weights_with_a_floor(tmp_path):
     assert res["bandwidth"][name]["best_gbps"] > 0
     hf = json.loads((tmp_path / "w" / f"{name}-hf" / "config.json").read_text())
     assert hf["architectures"] == ["Qwen2ForCausalLM"] and hf["vocab_size"] == 512
+
+
+@pytest.fixture(scope="module")
+def tiny_nllb(tmp_path_factory):
+    """(shape, job) of TINY_NLLB given as a config.json, its HF model and tokenizer built."""
+    from edgeformer.benchmarks import artifacts
+
+    root = tmp_path_factory.mktemp("tiny-nllb")
+    (root / "tiny-nllb").mkdir()
+    path = root / "tiny-nllb" / "config.json"
+    path.write_text(json.dumps(TINY_NLLB))
+    shape = resolve_shape(str(path))
+    settings = Settings(shapes=(str(path),))
+    variants = package_variants([get_stack(n) for n in NLLB_STACKS])
+    job = Job("", shape, root / "work", settings, variants=variants)
+    artifacts.hf_model_dir(shape, job.work)
+    return shape, job
+
+
+@pytest.mark.skipif(not HAVE_HF, reason="no transformers")
+def test_an_nllb_config_gets_nllbs_tokenizer_and_languages(tiny_nllb):
+    from transformers import AutoTokenizer
+
+    shape, job = tiny_nllb
+    lang = languages(shape)
+    assert lang is not None and lang["words"] == 1000 - 202 - 1 - 2
+    tok = AutoTokenizer.from_pretrained(job.work / f"{shape.name}-hf")
+    assert type(tok).__name__ == "NllbTokenizer" and len(tok) == 1000 - 2
+    for side, code in (("source", "eng_Latn"), ("target", "deu_Latn")):
+        assert lang[side] == [code, tok.convert_tokens_to_ids(code)]
+    assert tok.convert_ids_to_tokens([0, 1, 2, 3, len(tok) - 1]) == [
+        "<s>", "<pad>", "</s>", "<unk>", "<mask>",
+    ]  # fmt: skip
+    # the bench's sources: `eng_Latn words </s>`, the words below the codes, for every stack
+    ids = inputs_for(for_job(get_stack("edgeformer-int4"), job), shape, 3, 16)
+    assert ids == inputs_for(get_stack("ct2-int8"), shape, 3, 16)
+    assert all(len(r) == 16 and r[0] == lang["source"][1] and r[-1] == 2 for r in ids)
+    assert all(4 <= t < lang["words"] for r in ids for t in r[1:-1])
+    bad = {**TINY_NLLB, "vocab_size": 208}
+    (job.work / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="too small for NLLB's tokenizer"):
+        resolve_shape(str(job.work / "bad.json"))
+
+
+@pytest.mark.skipif(not HAVE_HF, reason="no transformers")
+def test_every_installed_stack_translates_nllb_with_the_target_forced(tiny_nllb):
+    """Each stack of the multilingual row that is installed here, built and loaded as the bench
+    does (in this process): n tokens per row, the first the target language's, the fp32 ones
+    equal to HF PyTorch's greedy ids with forced_bos_token_id; quantized ones run. Optimum
+    runs in an environment of its own (not in CI): skipped with the reason."""
+    from edgeformer.benchmarks.measure import agreement
+
+    shape, job = tiny_nllb
+    deu = forced_target(shape)
+    outs, skipped = {}, {}
+    for name in NLLB_STACKS:
+        stack = for_job(get_stack(name), job)
+        reason = skip_reason(stack, shape, job)
+        if reason:
+            skipped[name] = reason
+            continue
+        j = job.with_stack(name)
+        stack.build(j)
+        runner = stack.load(j)
+        ids = inputs_for(stack, shape, 3, 12)
+        outs[name] = {n: runner.generate(ids, n) for n in (1, 9)}
+    assert {"hf-torch", "edgeformer-fp32", "edgeformer-int4"} <= set(outs), skipped
+    assert set(outs) | set(skipped) == set(NLLB_STACKS)
+    assert all("optimum" in n or "ctranslate2" in r for n, r in skipped.items()), skipped
+    ref = outs["hf-torch"]
+    assert len({t for r in ref[9] for t in r[1:]}) > 1  # not one repeated token
+    for name, got in outs.items():
+        for n, rows in got.items():
+            assert len(rows) == 3 and all(len(r) == n and r[0] == deu for r in rows), name
+        if get_stack(name).precision == "fp32":
+            assert got == ref, name
+        else:
+            assert agreement(got[9], ref[9]) is not None
