@@ -229,7 +229,6 @@ def load_our_runtime(
     """Our runtime on one variant of the job's package (`package`: which one; the Llama stacks
     pass artifacts.llama_package_for)."""
     import numpy as np
-    import onnxruntime as ort
 
     from edgeformer.core.decoding import GenerationOptions
     from edgeformer.runtime import Generator, Translator
@@ -258,11 +257,9 @@ def load_our_runtime(
         return forcing_first(forced, n, decode)
 
     encode = None
-    if job.shape.is_ed:  # a session of our own on the variant's encoder graph
-        enc = ort.InferenceSession(
-            str(pkg.file("encoder", variant)), ort_options(job.threads),
-            providers=["CPUExecutionProvider"],
-        )  # fmt: skip
+    if job.shape.is_ed:  # the runtime's own encoder session (a second one would double the RSS
+        # of the encoder's weights: 1 GB of fp32 embedding at NLLB-600M's shape)
+        encoder = rt.model.graphs["encoder"]
         pad = pkg.config.special_tokens.pad_id
 
         def encode(ids):
@@ -271,7 +268,7 @@ def load_our_runtime(
             m = np.zeros((len(ids), T), dtype=np.int64)
             for i, r in enumerate(ids):
                 x[i, : len(r)], m[i, : len(r)] = r, 1
-            return enc.run(None, {"input_ids": x, "attention_mask": m})
+            return encoder.run({"input_ids": x, "attention_mask": m})
 
     parallel: dict[int, Translator] = {}  # inter_threads > 1: a translator with threads / inter
 
