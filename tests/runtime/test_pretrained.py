@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from edgeformer.cli import main
 from edgeformer.core.data import load_multi30k
 from edgeformer.core.metrics import bleu_scores
 from edgeformer.runtime import Generator, Translator
 from edgeformer.runtime import package as package_module
-from edgeformer.cli import main
 from edgeformer.runtime.package import BUNDLED, DEFAULT_PACKAGE, PRETRAINED_DIR, load_package
 
 ROOT = Path(__file__).resolve().parents[2]
