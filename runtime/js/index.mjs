@@ -66,7 +66,7 @@ export function pickVariant(cfg, maxQualityLoss = null) {
 
 /** Of the variants within speed_margin of the fastest, the first in the contract's preference
  *  (then by name): core/variants.py's fastest_within_margin. */
-export function fastestWithinMargin(msPerToken) {
+function fastestWithinMargin(msPerToken) {
   const { speed_margin, preference } = CONTRACT.variant_auto;
   const fastest = Math.min(...Object.values(msPerToken));
   const rank = (k) => (preference.includes(k) ? preference.indexOf(k) : preference.length);
