@@ -495,6 +495,20 @@ def test_js_language_errors_are_pythons(node, translators):
     assert run.returncode == 2 and "not one of this model's 3 language codes" in run.stderr
 
 
+def node_map(node: str, module: str, expression: str, data: object) -> object:
+    """`expression` (of `m`, the runtime/js module `module`, and `data`) evaluated by node on
+    JSON `data`, its JSON result parsed: a port checked against Python on many inputs."""
+    script = (
+        "const m = await import(process.argv[1]);"
+        "const data = JSON.parse(process.argv[2]);"
+        f"console.log(JSON.stringify({expression}));"
+    )
+    cmd = [node, "--input-type=module", "-e", script, (JS / module).as_uri(), json.dumps(data)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
 def test_js_close_matches_are_difflibs(node):
     """The JS port of difflib.get_close_matches (SequenceMatcher's ratio, autojunk past 200
     characters, ties broken as heapq.nlargest breaks them) picks what Python's picks."""
@@ -508,16 +522,8 @@ def test_js_close_matches_are_difflibs(node):
     words = [rng.choice(codes)[: rng.randint(1, 8)] + rng.choice(["", "x", "_Latn"])
              for _ in range(150)]  # fmt: skip
     words += ["deu_latn", "Latn", "", "a" * 250, "eng_Latn" * 40, "zho_Han"]
-    script = (
-        "const { closeMatches } = await import(process.argv[1]);"
-        "const [words, codes] = JSON.parse(process.argv[2]);"
-        "console.log(JSON.stringify(words.map((w) => closeMatches(w, codes, 5, 0.5))));"
-    )
-    cmd = [node, "--input-type=module", "-e", script, (JS / "languages.mjs").as_uri(),
-           json.dumps([words, codes])]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    for word, got in zip(words, json.loads(run.stdout)):
+    expression = "data[0].map((w) => m.closeMatches(w, data[1], 5, 0.5))"
+    for word, got in zip(words, node_map(node, "languages.mjs", expression, [words, codes])):
         assert got == difflib.get_close_matches(word, codes, n=5, cutoff=0.5), word
 
 
@@ -541,16 +547,7 @@ def test_js_auto_picks_pythons_variant(node):
             measured[name] = m
         cases.append(measured)
     configs = [{"variants": {k: {"measured": m} for k, m in c.items()}} for c in cases]
-    script = (
-        "const { pickVariant } = await import(process.argv[1]);"
-        "const configs = JSON.parse(process.argv[2]);"
-        "console.log(JSON.stringify(configs.map((c) => pickVariant(c)[0])));"
-    )
-    cmd = [node, "--input-type=module", "-e", script, (JS / "index.mjs").as_uri(),
-           json.dumps(configs)]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    got = json.loads(run.stdout)
+    got = node_map(node, "index.mjs", "data.map((c) => m.pickVariant(c)[0])", configs)
     want = [pick_variant(_measured_config(c))[0] for c in cases]
     assert got == want
     assert len(set(want)) >= 3  # the cases reach several outcomes
@@ -585,16 +582,8 @@ def test_js_io_names_are_pythons(node):
     from edgeformer.core.format import READABLE_VERSIONS, io_names
 
     cases = [(f, v, n) for f in FAMILIES for v in READABLE_VERSIONS for n in (1, 2, 3, 7)]
-    script = (
-        "const { ioNames } = await import(process.argv[1]);"
-        "console.log(JSON.stringify(JSON.parse(process.argv[2]).map(([f, v, n]) =>"
-        " ioNames(f, n, v))));"
-    )
-    cmd = [node, "--input-type=module", "-e", script, (JS / "package.mjs").as_uri(),
-           json.dumps(cases)]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    for (f, v, n), got in zip(cases, json.loads(run.stdout)):
+    expression = "data.map(([f, v, n]) => m.ioNames(f, n, v))"
+    for (f, v, n), got in zip(cases, node_map(node, "package.mjs", expression, cases)):
         assert got == io_names(f, n, v), (f, v, n)
 
 
