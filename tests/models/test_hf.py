@@ -476,6 +476,23 @@ def test_marian_package_parity_and_graph(marian):
     assert len(gemm.input) == 3  # final_logits_bias: the head's bias
 
 
+def marian_generate(hf, tok, texts: list[str], beams: int, new: int = 8):
+    """(the tokenizer's padded batch, `generate()`'s output, its ids after the decoder start up
+    to EOS 0) with OPUS-MT's generation settings (bad_words_ids [[pad]], length penalty 1)."""
+    pad = hf.config.pad_token_id
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = hf.generate(
+            **batch, max_new_tokens=new, do_sample=False, num_beams=beams, early_stopping=True,
+            length_penalty=1.0, bad_words_ids=[[pad]],
+        )  # fmt: skip
+    want = []
+    for row in out[:, 1:].tolist():  # after the decoder start
+        row = row[: row.index(0)] if 0 in row else row
+        want.append([t for t in row if t != pad])  # a finished beam row is padded
+    return batch, out, want
+
+
 @pytest.mark.parametrize("beams", [1, 4])
 def test_marian_generation_equals_hugging_face(marian, beams):
     """Greedy and beam-4 translations of a padded batch: the package and `model.generate`
@@ -484,16 +501,7 @@ def test_marian_generation_equals_hugging_face(marian, beams):
 
     hf, tok, _, _, pkg = marian
     pad = hf.config.pad_token_id
-    batch = tok(MARIAN_TEXTS, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        out = hf.generate(
-            **batch, max_new_tokens=8, do_sample=False, num_beams=beams, early_stopping=True,
-            length_penalty=1.0, bad_words_ids=[[pad]],
-        )  # fmt: skip
-    want = []
-    for row in out[:, 1:].tolist():  # after the decoder start
-        row = row[: row.index(0)] if 0 in row else row
-        want.append([t for t in row if t != pad])  # a finished beam row is padded
+    batch, out, want = marian_generate(hf, tok, MARIAN_TEXTS, beams)
     translator = Translator(pkg, threads=1)
     sources = [translator.source_ids(t) for t in MARIAN_TEXTS]
     assert sources == [[t for t in row if t != pad] for row in batch["input_ids"].tolist()]

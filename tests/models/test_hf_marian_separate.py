@@ -167,18 +167,10 @@ def test_generation_equals_transformers(tcbig, beams):
     """Greedy and beam-4 translations of a padded batch: the package and `generate()`
     (bad_words_ids [[pad]], as OPUS-MT's config) agree token for token, and as text; the
     int8 and int4 variants load and translate within the target vocabulary."""
+    from test_hf import marian_generate  # the same generate() call as the shared-vocab tests
+
     hf, tok, _, _, pkg = tcbig
-    pad = hf.config.pad_token_id
-    batch = tok(TEXTS, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        out = hf.generate(
-            **batch, max_new_tokens=8, do_sample=False, num_beams=beams, early_stopping=True,
-            length_penalty=1.0, bad_words_ids=[[pad]],
-        )  # fmt: skip
-    want = []
-    for row in out[:, 1:].tolist():  # after the decoder start
-        row = row[: row.index(0)] if 0 in row else row
-        want.append([t for t in row if t != pad])  # a finished beam row is padded
+    batch, _, want = marian_generate(hf, tok, TEXTS, beams)
     translator = Translator(pkg, threads=1)
     sources = [translator.source_ids(t) for t in TEXTS]
     ids, mask = batch["input_ids"].tolist(), batch["attention_mask"].tolist()
