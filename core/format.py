@@ -79,7 +79,7 @@ REQUIRED_OPERATORS_FILE = "required_operators.config"
 GRAPH_FORMATS = ("onnx", "ort")
 
 # the variants a package may hold (export.recipes says how each is made); fp32 always
-VARIANTS = ("fp32", "int8", "int4", "int8-dynamic", "int8-web", "int4-web")
+VARIANTS = ("fp32", "int8", "int4", "int8-dynamic", "int8-web", "int4-web", "gguf")
 # onnxruntime-web's wasm backend computes MatMulNBits in fp32 whatever accuracy_level says: these
 # variants are int8 / int4's graphs with accuracy_level 0 (the same numbers on every backend),
 # reading int8 / int4's weights file; slow on onnxruntime's CPU provider, never `auto`'s pick

@@ -22,7 +22,7 @@ MAX_PERPLEXITY_INCREASE = 0.03  # relative
 # run on a busy machine; without a margin, `auto` picked int8 in one export of a checkpoint and
 # fp32 in the next (2026-11-29)
 SPEED_MARGIN = 0.10
-PREFERENCE = ("fp32", "int8", "int8-dynamic", "int4")  # the more exact first
+PREFERENCE = ("fp32", "gguf", "int8", "int8-dynamic", "int4")  # the more exact first
 
 
 def held_out_loss(measured: dict[str, dict[str, float]], variant: str) -> str | None:

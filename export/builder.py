@@ -43,6 +43,7 @@ import numpy as np
 
 from ..core.config import FULL, SLIDING
 from ..core.format import ED_LENGTHS, LOGITS_3D, attention_head_size, io_names
+from . import gguf_blocks
 from .gptq import Hessians, gptq_int4
 from .recipes import VariantSpec
 
@@ -66,6 +67,18 @@ def _packed(*linears) -> SimpleNamespace:
     # source: the layer whose inputs they share (GPTQ's Hessian is keyed by it)
     weight = torch.cat([m.weight for m in linears])
     return SimpleNamespace(weight=weight, bias=bias, source=linears[0])
+
+
+@dataclass(frozen=True)
+class NBits:
+    """A weight in MatMulNBits' layout: initializer names (zeros "": the implied zero point)
+    and the node attributes it needs."""
+
+    packed: str
+    scales: str
+    zeros: str
+    bits: int
+    block: int
 
 
 @dataclass
@@ -182,10 +195,19 @@ class Builder:
     """Emits one model's graphs for one variant; `linear` and `embedding` follow the variant."""
 
     def __init__(
-        self, model, spec: VariantSpec, inits: dict[str, np.ndarray], hessians: Hessians = None
+        self,
+        model,
+        spec: VariantSpec,
+        inits: dict[str, np.ndarray],
+        hessians: Hessians = None,
+        native: gguf_blocks.NativeRows | None = None,
     ):
         self.model, self.cfg, self.spec, self.inits = model, model.cfg, spec, inits
         self.hessians = hessians or {}  # GPTQ's, per linear layer (export/gptq.py)
+        # the `gguf` variant: the source file's rows, and what was kept of each of its types
+        self.native = native
+        self.native_report: dict[str, dict] = {}
+        self.layouts: dict[str, tuple[int, int]] = {}  # quantized weight -> (bits, block)
         c = self.cfg
         self.H, self.G, self.D, self.C = c.n_heads, c.kv_heads, c.head_dim, c.d_model
         self.Dp = attention_head_size(self.D)  # the fused attention's head size (zero-padded)
@@ -257,33 +279,77 @@ class Builder:
     # -- weights -------------------------------------------------------------------------------
     def _nbits(
         self, g: Graph, name: str, w_nk: np.ndarray, bits: int, H: np.ndarray | None = None
-    ) -> tuple[str, str]:
-        """(packed, scales) of a (N, K) weight, blocks along K, symmetric (zero point implied).
-        H: the layer's input Hessian, for GPTQ (4 bits, a spec with gptq)."""
+    ) -> NBits:
+        """A (N, K) weight in MatMulNBits' layout (blocks along K): the GGUF file's own blocks
+        where the variant keeps them (export/gguf_blocks.py), else quantized here: symmetric
+        (zero point implied), GPTQ for 4 bits when the spec has it and H (the layer's input
+        Hessian) is known, or error-minimising scales (scale_search)."""
+        key = f"{name}.q{bits}"
+        if key not in self.layouts:
+            found = self._native(name, w_nk)
+            if found is not None:
+                packed, scales, zeros = gguf_blocks.pack(found)
+                self.layouts[key] = (found.bits, found.block)
+            else:
+                (packed, scales), zeros = self._quantize(w_nk, bits, H), None
+                self.layouts[key] = (bits, self.spec.block_size)
+            self.inits[key], self.inits[f"{key}.scales"] = packed, scales
+            if zeros is not None:
+                self.inits[f"{key}.zeros"] = zeros
+        zero = f"{key}.zeros" in self.inits
+        return NBits(
+            g.weight(key, self.inits[key]), g.weight(f"{key}.scales", self.inits[f"{key}.scales"]),
+            g.weight(f"{key}.zeros", self.inits[f"{key}.zeros"]) if zero else "",
+            *self.layouts[key],
+        )  # fmt: skip
+
+    def _native(self, name: str, w_nk: np.ndarray) -> gguf_blocks.IntBlocks | None:
+        """The weight's blocks as the GGUF file holds them (the `gguf` variant), or None: not
+        that variant, or rows the file does not hold in a kept type (said in native_report)."""
+        if self.spec.method != "gguf" or self.native is None:
+            return None
+        found, what = self.native.find(w_nk)
+        entry = self.native_report.setdefault(what, {"tensors": 0, "max_error": 0.0})
+        entry["tensors"] += 1
+        if found is not None:
+            entry["max_error"] = max(entry["max_error"], found.max_error)
+        return found
+
+    def _quantize(self, w_nk: np.ndarray, bits: int, H: np.ndarray | None):
+        """(packed (N, K/bs, bs bits/8), scales (N, K/bs)) quantized here, symmetric."""
         from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 
-        key = f"{name}.q{bits}"
-        if key not in self.inits:
-            N, K = w_nk.shape
-            bs = self.spec.block_size
-            k_blocks = (K + bs - 1) // bs
-            w_kn = np.ascontiguousarray(np.pad(w_nk.T, ((0, k_blocks * bs - K), (0, 0))))
-            packed = np.zeros((N, k_blocks, bs * bits // 8), dtype=np.uint8)
-            scales = np.zeros((N, k_blocks), dtype=np.float32)
-            zero_points = np.zeros((N, k_blocks), dtype=np.uint8)  # unused when symmetric
-            if bits == 4 and self.spec.gptq and H is not None:
-                pad = k_blocks * bs - K
-                deq, scales = gptq_int4(w_kn.T, np.pad(H, ((0, pad), (0, pad))), bs)
-                packed = _int4_pack(deq, scales, bs)
-            elif bits == 4 and self.spec.scale_search:
-                packed, scales = _int4_mse_blocks(w_kn.T, bs)
-            else:
-                fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
-                fn(packed, w_kn, scales, zero_points, bs, N, K, True)
-            self.inits[key], self.inits[f"{key}.scales"] = packed, scales
-        return g.weight(key, self.inits[key]), g.weight(
-            f"{key}.scales", self.inits[f"{key}.scales"]
-        )
+        N, K = w_nk.shape
+        bs = self.spec.block_size
+        k_blocks = (K + bs - 1) // bs
+        w_kn = np.ascontiguousarray(np.pad(w_nk.T, ((0, k_blocks * bs - K), (0, 0))))
+        packed = np.zeros((N, k_blocks, bs * bits // 8), dtype=np.uint8)
+        scales = np.zeros((N, k_blocks), dtype=np.float32)
+        zero_points = np.zeros((N, k_blocks), dtype=np.uint8)  # unused when symmetric
+        if bits == 4 and self.spec.gptq and H is not None:
+            pad = k_blocks * bs - K
+            deq, scales = gptq_int4(w_kn.T, np.pad(H, ((0, pad), (0, pad))), bs)
+            packed = _int4_pack(deq, scales, bs)
+        elif bits == 4 and self.spec.scale_search:
+            packed, scales = _int4_mse_blocks(w_kn.T, bs)
+        else:
+            fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
+            fn(packed, w_kn, scales, zero_points, bs, N, K, True)
+        return packed, scales
+
+    def _matmul_nbits(
+        self, g: Graph, x: str, w: NBits, shape: tuple[int, ...], bias: str = ""
+    ) -> str:
+        """x (.., K) -> (.., N) through MatMulNBits, shape (N, K) (zero points, bias: when
+        given)."""
+        N, K = shape
+        ins = [x, w.packed, w.scales, w.zeros, "", bias]
+        while ins[-1] == "":
+            ins.pop()
+        return g.op(
+            "MatMulNBits", ins, domain=MS, K=K, N=N, bits=w.bits, block_size=w.block,
+            accuracy_level=self.spec.accuracy_level,
+        )  # fmt: skip
 
     def _int8_columns(self, g: Graph, name: str, w_nk: np.ndarray) -> tuple[str, str, str]:
         """(int8 (K, N) weight, (N,) scales, (N,) zero points) of a (N, K) weight: symmetric,
@@ -321,12 +387,8 @@ class Builder:
                 padded = np.zeros((w.shape[1], w.shape[1]), H.dtype)
                 padded[np.ix_(k_index, k_index)] = H
                 H = padded
-            packed, scales = self._nbits(g, name, w, bits, H)
-            ins = [x, packed, scales, "", "", bias if (bias and add_bias) else ""]
-            y = g.op(
-                "MatMulNBits", ins, domain=MS, K=w.shape[1], N=w.shape[0], bits=bits,
-                block_size=self.spec.block_size, accuracy_level=self.spec.accuracy_level,
-            )  # fmt: skip
+            nb = self._nbits(g, name, w, bits, H)
+            y = self._matmul_nbits(g, x, nb, w.shape, bias if (bias and add_bias) else "")
             return (y, None) if add_bias else (y, bias)
         y = g.op("MatMul", [x, g.weight(f"{name}.weight_t", w.T)])
         if bias and add_bias:
@@ -345,15 +407,16 @@ class Builder:
             return g.op("Gather", [g.weight(f"{name}.table", table), ids])
         if self.spec.method == "dynamic" and self.tied and not own:  # the head's int8 columns
             return self._int8_rows(g, ids)
-        packed, scales = self._nbits(g, name, table, bits)
+        nb = self._nbits(g, name, table, bits)
         data = g.weight(
             f"{name}.q{bits}.rows", self.inits[f"{name}.q{bits}"].reshape(len(table), -1)
         )
+        ins = [data, ids, nb.scales, *([nb.zeros] if nb.zeros else [])]
         x = g.op(
-            "GatherBlockQuantized", [data, ids, scales], domain=MS, gather_axis=0,
-            quantize_axis=1, block_size=self.spec.block_size, bits=bits,
+            "GatherBlockQuantized", ins, domain=MS, gather_axis=0, quantize_axis=1,
+            block_size=nb.block, bits=nb.bits,
         )  # fmt: skip
-        if self.C % self.spec.block_size:  # whole blocks come back: C rounded up; keep C
+        if self.C % nb.block:  # whole blocks come back: C rounded up; keep C
             x = g.op("Slice", [x, g.const([0]), g.const([self.C]), g.const([-1])])
         return x
 
@@ -385,12 +448,8 @@ class Builder:
         if bits and self.spec.method == "dynamic":
             return self._dynamic(g, h, name, w, bias[0] if bias else None)
         if bits:
-            packed, scales = self._nbits(g, name, w, bits)
-            return g.op(
-                "MatMulNBits", [h, packed, scales, *(["", ""] + bias if bias else [])],
-                domain=MS, K=w.shape[1], N=w.shape[0], bits=bits,
-                block_size=self.spec.block_size, accuracy_level=self.spec.accuracy_level,
-            )  # fmt: skip
+            nb = self._nbits(g, name, w, bits)
+            return self._matmul_nbits(g, h, nb, w.shape, bias[0] if bias else "")
         table = g.weight("embed.table" if self.tied else "lm_head.weight", w)
         return g.op("Gemm", [h, table, *bias], transB=1)
 
@@ -852,11 +911,16 @@ class Builder:
 
 
 def build_graphs(
-    model, spec: VariantSpec, hessians: Hessians = None
-) -> tuple[dict, dict[str, np.ndarray]]:
-    """{graph name: ModelProto} of one variant and the initializers they share.
-    hessians: {linear layer: its inputs' X^T X} for a GPTQ variant (export/gptq.py)."""
+    model,
+    spec: VariantSpec,
+    hessians: Hessians = None,
+    native: gguf_blocks.NativeRows | None = None,
+) -> tuple[dict, dict[str, np.ndarray], dict[str, dict]]:
+    """({graph name: Graph} of one variant, the initializers they share, what the `gguf`
+    variant kept of each GGUF type: {type: {"tensors", "max_error"}}).
+    hessians: {linear layer: its inputs' X^T X} for a GPTQ variant (export/gptq.py); native:
+    the GGUF file's rows, for the `gguf` variant."""
     inits: dict[str, np.ndarray] = {}
-    b = Builder(model, spec, inits, hessians)
+    b = Builder(model, spec, inits, hessians, native)
     graphs = [b.encoder(), b.decoder()] if model.cfg.family == "encoder-decoder" else [b.decoder()]
-    return {g.name: g for g in graphs}, inits
+    return {g.name: g for g in graphs}, inits, b.native_report

@@ -25,8 +25,9 @@ __all__ = ["FP32_PARITY", "ParityError", "add_arguments", "final_val_losses", "p
 def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> None:
     parser.add_argument(
         "checkpoint",
-        help="checkpoint folder, a training run folder (its best/ or averaged/, lower val loss) "
-        "or a Hugging Face model folder (edgeformer convert)",
+        help="checkpoint folder, a training run folder (its best/ or averaged/, lower val loss), "
+        "a Hugging Face model folder or a GGUF file (edgeformer convert; a GGUF file's package "
+        "gets the gguf variant: its own blocks)",
     )
     parser.add_argument("out_dir", help="model package folder to create")
     parser.add_argument(

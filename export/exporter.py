@@ -44,6 +44,7 @@ from ..models.checkpoint import (
     TOKENIZER_CONFIG,
     load_checkpoint,
 )
+from ..models.gguf.reader import is_gguf_file
 from ..runtime.tokenizer import genai_tokenizer_problem, make_probe
 from .builder import OPSET, build_graphs
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
@@ -210,6 +211,33 @@ def measure_variants(
     return dataclasses.replace(config, variants={**config.variants, **measured})
 
 
+def native_rows(checkpoint_dir: Path):
+    """The GGUF file's rows for the `gguf` variant (export/gguf_blocks.py); an error when the
+    checkpoint was not converted from a GGUF file."""
+    from .gguf_blocks import NativeRows
+
+    found = NativeRows.of_checkpoint(checkpoint_dir)
+    if found is None:
+        raise ValueError(
+            "the gguf variant keeps a GGUF file's own blocks: export a .gguf file, or a "
+            "checkpoint made by `edgeformer convert gguf`"
+        )
+    return found
+
+
+def kept_text(kept: dict[str, dict]) -> str:
+    """What the gguf variant kept of each type: "Q4_1 210 weights (max |error| 6.1e-04), Q8_0
+    1 (exact), float or not in the file 3 (quantized here, 8 bits)"."""
+    parts = []
+    for what, r in sorted(kept.items(), key=lambda kv: -kv[1]["tensors"]):
+        if "not" in what:
+            parts.append(f"{r['tensors']} {what} (quantized here)")
+        else:
+            err = "exact" if r["max_error"] == 0 else f"max |error| {r['max_error']:.1e}"
+            parts.append(f"{what} {r['tensors']} ({err})")
+    return ", ".join(parts)
+
+
 def calibrate(
     model, checkpoint_dir: Path, data: TrainingData | None, variants: list[str], verbose: bool
 ) -> tuple[Hessians, str | None]:
@@ -259,6 +287,7 @@ def write_package(
             _log(verbose, f"note: {problem}")
     entries: dict[str, VariantEntry] = {}
     hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
+    native = native_rows(checkpoint_dir) if "gguf" in variants else None
     # the sizes load checks config.json against, and the head size the graphs' attention and
     # K/V tensors have (the model's, zero-padded where GroupQueryAttention needs it)
     head_size = attention_head_size(cfg.head_dim)
@@ -283,11 +312,15 @@ def write_package(
                 _log(verbose, f"{variant}: {spec.weights_of}'s graphs, accuracy_level "
                      f"{spec.accuracy_level}")  # fmt: skip
                 continue
-            graphs, _ = build_graphs(model, spec, hessians)
+            graphs, _, kept = build_graphs(model, spec, hessians, native)
             protos = {name: g.proto() for name, g in graphs.items()}
             files = write_graphs(tmp, variant, protos, metadata)
             weights = files.pop("weights")
-            entries[variant] = VariantEntry(files, weights, spec.io_dtype, spec.description)
+            description = spec.description
+            if kept:
+                description += f"; kept from {ckpt_config['source']['file']}: {kept_text(kept)}"
+                _log(verbose, f"{variant}: {kept_text(kept)}")
+            entries[variant] = VariantEntry(files, weights, spec.io_dtype, description)
             size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
             _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")
     probes = [make_probe(Tokenizer.from_file(str(tmp / name)), name) for name in tokenizers]
@@ -344,6 +377,8 @@ def export_package(
     """
     source, out_dir = Path(checkpoint_dir), Path(out_dir)
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
+    if is_gguf_file(source) and "gguf" not in variants:  # the file's own blocks, kept
+        variants.append("gguf")
     if graph_format not in GRAPH_FORMATS:
         raise ValueError(f"graph_format {graph_format!r}: one of {', '.join(GRAPH_FORMATS)}")
     check_target(source, out_dir, force)  # before a Hugging Face folder's conversion

@@ -27,7 +27,9 @@ class VariantSpec:
     io_dtype: str = "float32"
     # "nbits": MatMulNBits (weights in blocks of block_size, activations too when
     # accuracy_level is 4); "dynamic": DynamicQuantizeMatMul (8-bit only: int8 weights per
-    # output column, activations quantized per call to uint8 by onnxruntime)
+    # output column, activations quantized per call to uint8 by onnxruntime); "gguf":
+    # MatMulNBits holding a GGUF file's own blocks (export/gguf_blocks.py), `bits` for the
+    # tensors it does not keep
     method: str = "nbits"
     # 4 bits: each block's scale minimises its squared error (a search below the absmax
     # scale, export/builder.py) instead of onnxruntime's absmax; same format and kernels
@@ -89,6 +91,15 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
             head_bits=4,
             accuracy_level=0,
             weights_of="int4",
+        ),
+        VariantSpec(
+            "gguf",
+            "the GGUF file's own quantized blocks in MatMulNBits (Q8_0, Q4_0, Q5_0, Q6_K as "
+            "they are; Q4_1, Q5_1, Q4_K, Q5_K at 8 bits with integer zero points), int8 compute",
+            bits=8,
+            embed_bits=8,
+            head_bits=8,
+            method="gguf",
         ),
     )
 }

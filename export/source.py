@@ -58,11 +58,17 @@ def pick_checkpoint(path: str) -> tuple[str, str | None]:
 @contextlib.contextmanager
 def checkpoint_folder(path: str | os.PathLike, verbose: bool = False) -> Iterator[Path]:
     """The checkpoint folder to export from `path`, for the time of the `with` block: a
-    Hugging Face model folder is converted into a temporary checkpoint (removed at the end); a
+    Hugging Face model folder or a GGUF file is converted into a temporary checkpoint (removed
+    at the end); a
     training run folder gives its better checkpoint (pick_checkpoint), which is said on the
     `edgeformer` logger (a warning, so that the command line shows it by default)."""
+    from ..models.gguf import convert_gguf, is_gguf_file
     from ..models.hf import convert_hf, is_hf_model_dir
 
+    if is_gguf_file(path):
+        with tempfile.TemporaryDirectory(prefix="edgeformer-convert-") as tmp:
+            yield Path(convert_gguf(path, Path(tmp) / "checkpoint", verbose=verbose))
+        return
     if is_hf_model_dir(path):
         with tempfile.TemporaryDirectory(prefix="edgeformer-convert-") as tmp:
             yield Path(convert_hf(path, Path(tmp) / "checkpoint", verbose=verbose))

@@ -191,11 +191,16 @@ def tokenizer_config(src: Path) -> dict | None:
     return kept | {"tokenizer_class": "PreTrainedTokenizerFast"}
 
 
-def _run_configs(src: Path, written: dict | None, tokenizer: dict | None) -> Callable[[Path], None]:
+def _run_configs(
+    src: Path, written: dict | None, tokenizer: dict | None, extra: Callable[[Path], None] | None
+) -> Callable[[Path], None]:
     """Write the model's generation_config.json (default decoding settings) and its
-    tokenizer_config.json (chat template, special-token strings) into the folder."""
+    tokenizer_config.json (chat template, special-token strings) into the folder, then what
+    `extra` writes."""
 
     def write(folder: Path) -> None:
+        if extra is not None:
+            extra(folder)
         if (src / GENERATION_CONFIG).is_file():
             shutil.copyfile(src / GENERATION_CONFIG, folder / GENERATION_CONFIG)
         elif written is not None:
@@ -208,9 +213,16 @@ def _run_configs(src: Path, written: dict | None, tokenizer: dict | None) -> Cal
 
 
 def convert_hf(
-    src: str | os.PathLike, out: str | os.PathLike, force: bool = False, verbose: bool = False
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    force: bool = False,
+    verbose: bool = False,
+    source: dict | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Convert the Hugging Face folder `src` into the edgeformer checkpoint `out`."""
+    """Convert the Hugging Face folder `src` into the edgeformer checkpoint `out`. source: the
+    checkpoint's record of where it came from (default: this folder's architecture); extra:
+    writes more files into the checkpoint (the GGUF converter's raw blocks)."""
     src, out = Path(src), Path(out)
     check_out(src, out, force)
     hf = read_hf_config(src)
@@ -238,12 +250,14 @@ def convert_hf(
             raise ValueError(f"{src}: weights do not match config.json ({e})") from None
         kind = "translation" if cfg.family == "encoder-decoder" else "lm"
         task = {"kind": kind, **loader.task(src, source_tokenizer or tokenizer, cfg)}
-        meta = {"task": task, "source": {"format": "huggingface", "architecture": arch}}
+        source = source or {"format": "huggingface", "architecture": arch}
+        meta = {"task": task, "source": source}
         written = generation_config(src, cfg, end_ids)
         tok_config = tokenizer_config(src) if cfg.family == "decoder-only" else None
         with torch.no_grad():
             path = save_checkpoint(
-                out, model.eval(), tokenizer, meta, extra=_run_configs(src, written, tok_config),
+                out, model.eval(), tokenizer, meta,
+                extra=_run_configs(src, written, tok_config, extra),
                 source_tokenizer_json=source_tokenizer,
             )  # fmt: skip
     if verbose:

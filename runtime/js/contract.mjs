@@ -937,6 +937,7 @@ export default {
   "max_quality_loss": 0.05,
   "preference": [
    "fp32",
+   "gguf",
    "int8",
    "int8-dynamic",
    "int4"
@@ -950,6 +951,13 @@ export default {
     "encoder": "encoder.onnx"
    },
    "weights": "weights.data"
+  },
+  "gguf": {
+   "graphs": {
+    "decoder": "decoder.gguf.onnx",
+    "encoder": "encoder.gguf.onnx"
+   },
+   "weights": "weights.gguf.data"
   },
   "int4": {
    "graphs": {
@@ -993,7 +1001,8 @@ export default {
   "int4",
   "int8-dynamic",
   "int8-web",
-  "int4-web"
+  "int4-web",
+  "gguf"
  ],
  "web_variants": {
   "int4-web": "int4",

@@ -4,7 +4,7 @@
 export class PackageError extends Error {}
 
 export type Backend = "node" | "wasm" | "webgpu";
-export type Variant = "auto" | "fp32" | "int8" | "int4" | "int8-dynamic" | "int8-web" | "int4-web";
+export type Variant = "auto" | "fp32" | "int8" | "int4" | "int8-dynamic" | "int8-web" | "int4-web" | "gguf";
 export type CacheMode = "auto" | "inplace" | "refeed";
 
 /** A package's files: a folder path (Node), a URL (fetch), or a reader. */

@@ -129,7 +129,7 @@ const INPLACE_ON_WEB =
  *            WebGPU provider, wasm for what it does not run); default: "node" in Node.js
  *   ort      the onnxruntime module to use (default: imported by backend name)
  *   variant  "fp32" (default, as the Python runtime's) | "auto" (the Python runtime's policy; fp32
- *            on wasm) | "int8" | "int4" | "int8-dynamic" | "int8-web" | "int4-web"
+ *            on wasm) | "int8" | "int4" | "int8-dynamic" | "int8-web" | "int4-web" | "gguf"
  *   cache    "auto" (in place on node, re-fed on wasm) | "inplace" | "refeed"
  *   threads  intra-op threads (node: per session; wasm: ort.env.wasm.numThreads, set once)
  *   spinning let idle intra-op threads spin (default false: see docs/ship-node.md)
