@@ -23,6 +23,9 @@ from ..core.metrics import bleu_scores, windows
 from ..core.progress import Progress
 
 HELD_OUT_WINDOWS = 256
+# a converted LM (no bundled training data): perplexity on the first windows of Tiny
+# Shakespeare's validation split (public domain, bundled), in its own tokens
+CONVERTED_WINDOWS, CONVERTED_WINDOW_TOKENS = 8, 256
 
 
 def translation_bleu(
@@ -45,14 +48,17 @@ def translation_bleu(
     return bleu_scores(hyps, refs), hyps
 
 
-def text_windows(package: str | Path, text: str, limit: int | None = None) -> list[list[int]]:
+def text_windows(
+    package: str | Path, text: str, limit: int | None = None, tokens: int | None = None
+) -> list[list[int]]:
     """`text` tokenized line by line (as training encodes it) and cut into non-overlapping
-    windows of max_len + 1 tokens (core.metrics.windows)."""
+    windows of T + 1 tokens (core.metrics.windows), T = `tokens` or the model's max_len."""
     from tokenizers import Tokenizer
 
     from ..runtime.package import load_package
 
     T = load_package(package, verify=False).config.model.max_len
+    T = T if tokens is None else min(tokens, T)
     tok = Tokenizer.from_file(str(Path(package) / TOKENIZER_FILE))
     enc = tok.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
     return windows([i for e in enc for i in e.ids], T, limit)
@@ -85,14 +91,30 @@ def held_out_quality(
     package: Path, data: TrainingData | None, variants: list[str], verbose: bool = True
 ) -> dict:
     """{variant: {"bleu": ...} or {"perplexity": ...}} on the held-out split of the bundled data
-    the checkpoint was trained on; {} when there is none (a converted Hugging Face model, a run
-    on the user's own data)."""
-    if data is None or not data.held_out:
-        return {}
+    the checkpoint was trained on; for a converted LM (a Hugging Face folder, a GGUF file),
+    perplexity on CONVERTED_WINDOWS windows of Tiny Shakespeare's validation split; {} when
+    there is none (a converted translator, a run on the user's own data)."""
 
     def say(message: str) -> None:
         if verbose:
             print(message, file=sys.stderr, flush=True)
+
+    if data is None:
+        from ..runtime.package import load_package
+
+        config = load_package(package, verify=False).config
+        if config.family != "decoder-only" or not config.source:
+            return {}
+        held = text_windows(package, load_shakespeare()[1], CONVERTED_WINDOWS,
+                            CONVERTED_WINDOW_TOKENS)  # fmt: skip
+        out = {}
+        for v in variants:
+            out[v] = {"perplexity": windows_perplexity(package, v, held, verbose=verbose)["ppl"]}
+            say(f"{v}: held-out perplexity {out[v]['perplexity']:.3f} ({len(held)} windows of "
+                f"{CONVERTED_WINDOW_TOKENS} tokens of Tiny Shakespeare's val split)")  # fmt: skip
+        return out
+    if not data.held_out:
+        return {}
 
     out = {}
     if data.dataset == "multi30k":
