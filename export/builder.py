@@ -71,12 +71,11 @@ def _packed(*linears) -> SimpleNamespace:
 
 @dataclass(frozen=True)
 class NBits:
-    """A weight in MatMulNBits' layout: initializer names (zeros "": the implied zero point)
-    and the node attributes it needs."""
+    """A weight in MatMulNBits' layout (symmetric: the zero point implied): its initializers'
+    names and the node attributes it needs."""
 
     packed: str
     scales: str
-    zeros: str
     bits: int
     block: int
 
@@ -288,18 +287,14 @@ class Builder:
         if key not in self.layouts:
             found = self._native(name, w_nk)
             if found is not None:
-                packed, scales, zeros = gguf_blocks.pack(found)
+                packed, scales = gguf_blocks.pack(found)
                 self.layouts[key] = (found.bits, found.block)
             else:
-                (packed, scales), zeros = self._quantize(w_nk, bits, H), None
+                packed, scales = self._quantize(w_nk, bits, H)
                 self.layouts[key] = (bits, self.spec.block_size)
             self.inits[key], self.inits[f"{key}.scales"] = packed, scales
-            if zeros is not None:
-                self.inits[f"{key}.zeros"] = zeros
-        zero = f"{key}.zeros" in self.inits
         return NBits(
             g.weight(key, self.inits[key]), g.weight(f"{key}.scales", self.inits[f"{key}.scales"]),
-            g.weight(f"{key}.zeros", self.inits[f"{key}.zeros"]) if zero else "",
             *self.layouts[key],
         )  # fmt: skip
 
@@ -340,12 +335,9 @@ class Builder:
     def _matmul_nbits(
         self, g: Graph, x: str, w: NBits, shape: tuple[int, ...], bias: str = ""
     ) -> str:
-        """x (.., K) -> (.., N) through MatMulNBits, shape (N, K) (zero points, bias: when
-        given)."""
+        """x (.., K) -> (.., N) through MatMulNBits, shape (N, K) (its bias: when given)."""
         N, K = shape
-        ins = [x, w.packed, w.scales, w.zeros, "", bias]
-        while ins[-1] == "":
-            ins.pop()
+        ins = [x, w.packed, w.scales, *(["", "", bias] if bias else [])]
         return g.op(
             "MatMulNBits", ins, domain=MS, K=K, N=N, bits=w.bits, block_size=w.block,
             accuracy_level=self.spec.accuracy_level,
@@ -411,10 +403,9 @@ class Builder:
         data = g.weight(
             f"{name}.q{bits}.rows", self.inits[f"{name}.q{bits}"].reshape(len(table), -1)
         )
-        ins = [data, ids, nb.scales, *([nb.zeros] if nb.zeros else [])]
         x = g.op(
-            "GatherBlockQuantized", ins, domain=MS, gather_axis=0, quantize_axis=1,
-            block_size=nb.block, bits=nb.bits,
+            "GatherBlockQuantized", [data, ids, nb.scales], domain=MS, gather_axis=0,
+            quantize_axis=1, block_size=nb.block, bits=nb.bits,
         )  # fmt: skip
         if self.C % nb.block:  # whole blocks come back: C rounded up; keep C
             x = g.op("Slice", [x, g.const([0]), g.const([self.C]), g.const([-1])])

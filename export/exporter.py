@@ -226,15 +226,17 @@ def native_rows(checkpoint_dir: Path):
 
 
 def kept_text(kept: dict[str, dict]) -> str:
-    """What the gguf variant kept of each type: "Q4_1 210 weights (max |error| 6.1e-04), Q8_0
-    1 (exact), float or not in the file 3 (quantized here, 8 bits)"."""
+    """What the gguf variant kept of each type, per graph weight (a packed Q/K/V is one):
+    "Q4_1: 120 weights (max |error| 3.6e-02), Q8_0: 1 weight (exact), float or not in the file:
+    3 weights (quantized here)"."""
     parts = []
     for what, r in sorted(kept.items(), key=lambda kv: -kv[1]["tensors"]):
+        n = f"{r['tensors']} weight{'s' if r['tensors'] != 1 else ''}"
         if "not" in what:
-            parts.append(f"{r['tensors']} {what} (quantized here)")
+            parts.append(f"{what}: {n} (quantized here)")
         else:
             err = "exact" if r["max_error"] == 0 else f"max |error| {r['max_error']:.1e}"
-            parts.append(f"{what} {r['tensors']} ({err})")
+            parts.append(f"{what}: {n} ({err})")
     return ", ".join(parts)
 
 

@@ -1,7 +1,7 @@
 """GGUF's quantized blocks as MatMulNBits / GatherBlockQuantized weights, kept as they are.
 
-Each GGML block type is unpacked into integer codes with a scale (and zero point) per block
-(`IntBlocks`), which MatMulNBits dequantizes as (q - zero_point) * scale:
+Each GGML block type is unpacked into integer codes with a scale per block (`IntBlocks`), which
+MatMulNBits dequantizes as (q - zero_point) * scale, the zero point implied (2**(bits - 1)):
 
 | GGML type | its values              | MatMulNBits               | exact                       |
 |-----------|-------------------------|---------------------------|-----------------------------|
@@ -36,35 +36,30 @@ FLOAT_TYPES = ("F32", "F16", "BF16")
 
 @dataclass
 class IntBlocks:
-    """(N, K) weight as (q - zero) * scale per block of `block` along K: codes (N, K) uint8 in
-    [0, 2**bits), scales and zero points (N, K / block); `max_error`: the largest distance from
-    the file's own values (0.0: exact)."""
+    """(N, K) weight as (q - 2**(bits - 1)) * scale per block of `block` along K (MatMulNBits'
+    implied zero point): codes (N, K) uint8 in [0, 2**bits), scales (N, K / block);
+    `max_error`: the largest distance from the file's own values (0.0: exact)."""
 
     bits: int
     block: int
     q: np.ndarray
     scales: np.ndarray
-    zeros: np.ndarray
     max_error: float = 0.0
-
-    @property
-    def symmetric(self) -> bool:
-        return bool((self.zeros == 1 << (self.bits - 1)).all())
 
     def values(self) -> np.ndarray:
         """The float32 (N, K) weight MatMulNBits computes with."""
         N, K = self.q.shape
         q = self.q.reshape(N, K // self.block, self.block).astype(np.float32)
-        zero = self.zeros.astype(np.float32)[..., None]
-        return ((q - zero) * self.scales[..., None]).reshape(N, K)
+        return ((q - (1 << (self.bits - 1))) * self.scales[..., None]).reshape(N, K)
 
     def with_layout(self, bits: int, block: int) -> IntBlocks:
-        """The same values at more bits (the codes as they are) and/or smaller blocks (scales
-        and zero points repeated)."""
+        """The same values at more bits (the codes re-centred on the wider zero point) and/or
+        in smaller blocks (the scales repeated)."""
         assert bits >= self.bits and self.block % block == 0
-        r = self.block // block
-        return IntBlocks(bits, block, self.q, np.repeat(self.scales, r, 1),
-                         np.repeat(self.zeros, r, 1), self.max_error)  # fmt: skip
+        shift = (1 << (bits - 1)) - (1 << (self.bits - 1))
+        q = (self.q.astype(np.int16) + shift).astype(np.uint8)
+        scales = np.repeat(self.scales, self.block // block, 1)
+        return IntBlocks(bits, block, q, scales, self.max_error)
 
 
 def _f16(raw: np.ndarray, at: int) -> np.ndarray:
@@ -100,8 +95,7 @@ def _symmetric(bits: int, block: int, codes: np.ndarray, scales: np.ndarray, off
     MatMulNBits' implied zero point 2**(bits - 1)."""
     N = codes.shape[0]
     q = (codes.astype(np.int16) - offset + (1 << (bits - 1))).astype(np.uint8).reshape(N, -1)
-    zeros = np.full(scales.shape, 1 << (bits - 1), np.uint8)
-    return IntBlocks(bits, block, q, scales.astype(np.float32), zeros)
+    return IntBlocks(bits, block, q, scales.astype(np.float32))
 
 
 def _affine(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray, top: int) -> IntBlocks:
@@ -128,7 +122,7 @@ def _affine(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray, top: int
     c = np.where(done[..., None], codes * (scales / step)[..., None] - shift[..., None],
                  np.rint(exact / step[..., None]))  # fmt: skip
     q = (np.clip(np.rint(c), -128, 127) + 128).astype(np.uint8).reshape(N, -1)
-    out = IntBlocks(8, bs, q, step, np.full(step.shape, 128, np.uint8))
+    out = IntBlocks(8, bs, q, step)
     out.max_error = float(np.abs(out.values() - exact.reshape(N, -1)).max()) if exact.size else 0.0
     return out
 
@@ -197,26 +191,19 @@ def merged(parts: Sequence[IntBlocks]) -> IntBlocks:
     smallest block of the parts."""
     bits, block = max(p.bits for p in parts), min(p.block for p in parts)
     same = [p.with_layout(bits, block) for p in parts]
-    return IntBlocks(
-        bits, block, np.concatenate([p.q for p in same]), np.concatenate([p.scales for p in same]),
-        np.concatenate([p.zeros for p in same]), max(p.max_error for p in parts),
-    )  # fmt: skip
+    q = np.concatenate([p.q for p in same])
+    scales = np.concatenate([p.scales for p in same])
+    return IntBlocks(bits, block, q, scales, max(p.max_error for p in parts))
 
 
-def pack(blocks: IntBlocks) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(packed (N, K/block, block bits/8) uint8, scales (N, K/block), zero points or None when
-    every block has the implied one) in MatMulNBits' layout: 4-bit codes two per byte, the
-    first in the low nibble; 4-bit zero points likewise, (N, ceil(K/block / 2))."""
+def pack(blocks: IntBlocks) -> tuple[np.ndarray, np.ndarray]:
+    """(packed (N, K/block, block bits/8) uint8, scales (N, K/block)) in MatMulNBits' layout,
+    the zero point implied: 4-bit codes two per byte, the first in the low nibble."""
     N, K = blocks.q.shape
     q = blocks.q.reshape(N, K // blocks.block, blocks.block)
-    zeros: np.ndarray | None = None if blocks.symmetric else blocks.zeros
     if blocks.bits == 8:
-        return q, blocks.scales, zeros
-    packed = q[..., 0::2] | (q[..., 1::2] << 4)
-    if zeros is not None:
-        z = np.pad(zeros, ((0, 0), (0, zeros.shape[1] % 2)))
-        zeros = z[:, 0::2] | (z[:, 1::2] << 4)
-    return packed, blocks.scales, zeros
+        return q, blocks.scales
+    return q[..., 0::2] | (q[..., 1::2] << 4), blocks.scales
 
 
 @dataclass

@@ -166,7 +166,7 @@ def test_gguf_variant_keeps_the_files_blocks(family):
     name, path, _, _, pkg = family
     qtype = FAMILIES[name][4]
     entry = load_package(pkg, verify=False).config.variants["gguf"]
-    assert f"{qtype} " in entry.description, entry.description
+    assert f"kept from model.gguf: {qtype}: " in entry.description, entry.description
     exact = qtype in ("Q8_0", "Q4_0", "Q5_0")
     assert ("(exact)" in entry.description) == exact
     assert entry.measured["agreement"] >= 0.9
