@@ -34,7 +34,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from .optimum_env import REPO, probe, python_of, venv_python
+from .optimum_env import EDITABLE, REPO, probe, python_of, venv_python
 
 ENV_VAR = "EDGEFORMER_LLAMA_PYTHON"
 DEFAULT_ENV = "runs/llama-env"
@@ -181,7 +181,7 @@ def create(env: str | Path, log=print) -> dict:
     for cmd in (
         [sys.executable, "-m", "venv", str(env)],
         [py, "-m", "pip", "install", "--quiet", str(wheel), "numpy"],
-        [py, "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(REPO)],
+        [py, "-m", "pip", "install", "--quiet", "--no-deps", *EDITABLE],  # both distributions
     ):
         _run(cmd, log)
     probe.cache_clear()
@@ -239,7 +239,8 @@ def problem(python: str | None) -> str | None:
     if Path(info["edgeformer"]).resolve() != Path(ours):
         return (
             f"llama.cpp's environment {python} imports edgeformer from {info['edgeformer']}, "
-            f"not this checkout ({ours}): pip install --no-deps -e {REPO} there"
+            f"not this checkout ({ours}): pip install --no-deps -e {REPO} -e {REPO / 'benchmarks'} "
+            "there"
         )
     try:
         vendor_dir(python)
