@@ -12,7 +12,8 @@ minutes on 2 cores), so it gets a virtual environment of its own, as Optimum's s
 Without either, `runs/llama-env` under the working directory is used when it exists; else the
 llamacpp-* stacks are skipped with the reason. What `create` does: download the sdist of
 LLAMA_CPP_PYTHON (pip download --no-binary), build its wheel once with CMAKE_ARGS (CPU, the
-host's SIMD: GGML_NATIVE) into ENV/wheels (kept: a new environment reuses it), unpack the
+host's SIMD: GGML_NATIVE, or explicit flags without AMX where the CPU reports AMX: `arch_args`)
+into ENV/wheels (kept: a new environment reuses it if built with the same args), unpack the
 sdist into ENV/src (llama.cpp's own `convert_hf_to_gguf.py` and `gguf-py` come from there),
 then `python -m venv ENV`, `pip install` the wheel, numpy, and this checkout with --no-deps
 (editable: the stacks' processes are the same `edgeformer.benchmarks.child` as every other).
@@ -33,19 +34,31 @@ import tarfile
 import time
 from pathlib import Path
 
-from .optimum_env import REPO, probe, python_of, venv_python
+from .optimum_env import EDITABLE, REPO, probe, python_of, venv_python
 
 ENV_VAR = "EDGEFORMER_LLAMA_PYTHON"
 DEFAULT_ENV = "runs/llama-env"
 RECORD = "edgeformer-llama-env.json"
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"  # pinned: the vendored llama.cpp it builds
-# A CPU build for this host (GGML_NATIVE: its SIMD), only the library: no tools, tests,
-# examples, server or multimodal library (minutes less on 2 cores)
-CMAKE_ARGS = (
-    "-DGGML_NATIVE=ON -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF "
-    "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF "
-    "-DLLAMA_OPENSSL=OFF"
+# A CPU build, only the library: no tools, tests, examples, server or multimodal library
+# (minutes less on 2 cores); the SIMD flags in front of these come from `arch_args`
+LIBRARY_ARGS = (
+    "-DGGML_BLAS=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
+    "-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF"
 )
+NATIVE = "-DGGML_NATIVE=ON"
+CMAKE_ARGS = f"{NATIVE} {LIBRARY_ARGS}"  # a host without AMX (what every build used before)
+AMX = ("amx_tile", "amx_int8", "amx_bf16")  # /proc/cpuinfo's names
+# ggml-cpu's x86 options without GGML_NATIVE (its CMakeLists) and the /proc/cpuinfo flags
+# each compiles for: on an AMX host these replace -march=native, AMX off
+X86_OPTIONS = (
+    ("GGML_SSE42", ("sse4_2",)), ("GGML_AVX", ("avx",)), ("GGML_AVX2", ("avx2",)),
+    ("GGML_AVX_VNNI", ("avx_vnni",)), ("GGML_BMI2", ("bmi2",)), ("GGML_FMA", ("fma",)),
+    ("GGML_F16C", ("f16c",)),
+    ("GGML_AVX512", ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
+    ("GGML_AVX512_VBMI", ("avx512vbmi",)), ("GGML_AVX512_VNNI", ("avx512_vnni",)),
+    ("GGML_AVX512_BF16", ("avx512_bf16",)),
+)  # fmt: skip
 MODULES = ("llama_cpp", "numpy", "edgeformer.benchmarks")
 VERSIONS = ("llama_cpp_python", "numpy")
 
@@ -81,18 +94,57 @@ def vendor_dir(python: str) -> Path:
     return Path(rec["vendor"])
 
 
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags as Linux reports them (empty where there is no such file)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return set()
+    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split()}
+
+
+def arch_args(flags: set[str]) -> dict:
+    """The SIMD part of CMAKE_ARGS for a CPU reporting `flags`, and why. GGML_NATIVE unless the
+    CPU reports AMX: -march=native then turns on ggml's AMX kernels (GGML_AMX_*=OFF beside it
+    does not remove them), whose ldtilecfg killed the first decode (general protection fault)
+    on a VM reporting AMX; there the flags are explicit, the reported x86 features but AMX."""
+    amx = sorted(flags & set(AMX))
+    if not amx:
+        return {"args": NATIVE, "native": True, "why": "no AMX reported: GGML_NATIVE"}
+    on = [opt for opt, need in X86_OPTIONS if all(f in flags for f in need)]
+    args = ["-DGGML_NATIVE=OFF", *(f"-D{opt}={'ON' if opt in on else 'OFF'}"
+                                   for opt, _ in X86_OPTIONS)]  # fmt: skip
+    args += ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+    why = f"the CPU reports {', '.join(amx)}: GGML_NATIVE off, explicit SIMD flags, AMX off"
+    return {"args": " ".join(args), "native": False, "why": why, "on": on, "amx_reported": amx}
+
+
+def cmake_args(flags: set[str] | None = None) -> tuple[str, dict]:
+    """CMAKE_ARGS for this host (or a CPU reporting `flags`) and `arch_args`' answer."""
+    arch = arch_args(cpu_flags() if flags is None else flags)
+    return f"{arch['args']} {LIBRARY_ARGS}", arch
+
+
 def _run(cmd: list[str], log, **kw) -> None:
     log("$ " + " ".join(cmd))
     subprocess.run(cmd, check=True, **kw)
 
 
-def build_wheel(env: Path, log=print) -> Path:
-    """The llama-cpp-python wheel, built from its sdist once (cached in ENV/wheels), and the
-    sdist unpacked into ENV/src; returns the wheel."""
+def wheel_args(wheel: Path) -> str:
+    """The CMAKE_ARGS a cached wheel was built with: its WHEEL.cmake_args file, else the
+    GGML_NATIVE build every wheel was before the file existed."""
+    side = wheel.with_name(wheel.name + ".cmake_args")
+    return side.read_text().strip() if side.is_file() else CMAKE_ARGS
+
+
+def build_wheel(env: Path, args: str = CMAKE_ARGS, log=print) -> Path:
+    """The llama-cpp-python wheel built from its sdist with CMAKE_ARGS `args` (cached in
+    ENV/wheels: reused only when built with the same args), and the sdist unpacked into
+    ENV/src; returns the wheel."""
     wheels, src = env / "wheels", env / "src"
     name = LLAMA_CPP_PYTHON.split("==")[0].replace("-", "_")
     version = LLAMA_CPP_PYTHON.split("==")[1]
-    found = sorted(wheels.glob(f"{name}-{version}-*.whl"))
+    found = [w for w in sorted(wheels.glob(f"{name}-{version}-*.whl")) if wheel_args(w) == args]
     sdists = sorted(wheels.glob(f"{name}-{version}.tar.gz"))
     if not sdists:
         wheels.mkdir(parents=True, exist_ok=True)
@@ -103,11 +155,16 @@ def build_wheel(env: Path, log=print) -> Path:
         with tarfile.open(sdists[0]) as tar:
             tar.extractall(src, filter="data")
     if not found:
-        env_vars = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": "2"}
+        env_vars = {**os.environ, "CMAKE_ARGS": args, "CMAKE_BUILD_PARALLEL_LEVEL": "2"}
         log(f"building {LLAMA_CPP_PYTHON} from source (CPU; many minutes on 2 cores)")
+        log(f"CMAKE_ARGS={args}")
+        for old in wheels.glob(f"{name}-{version}-*.whl"):  # built with other args
+            old.unlink()
+            old.with_name(old.name + ".cmake_args").unlink(missing_ok=True)
         _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(sdists[0]),
               "-w", str(wheels)], log, env=env_vars)  # fmt: skip
         found = sorted(wheels.glob(f"{name}-{version}-*.whl"))
+        found[0].with_name(found[0].name + ".cmake_args").write_text(args + "\n")
     return found[0]
 
 
@@ -115,14 +172,16 @@ def create(env: str | Path, log=print) -> dict:
     """Make the environment `env` (see the module docstring); write and return its RECORD."""
     env = Path(env).absolute()
     t0 = time.time()
-    wheel = build_wheel(env, log)
+    args, arch = cmake_args()
+    log(f"llama.cpp's CPU build: {arch['why']} ({arch['args']})")
+    wheel = build_wheel(env, args, log)
     name, version = LLAMA_CPP_PYTHON.replace("-", "_").split("==")
     vendor = env / "src" / f"{name}-{version}" / "vendor" / "llama.cpp"
     py = str(venv_python(env))
     for cmd in (
         [sys.executable, "-m", "venv", str(env)],
         [py, "-m", "pip", "install", "--quiet", str(wheel), "numpy"],
-        [py, "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(REPO)],
+        [py, "-m", "pip", "install", "--quiet", "--no-deps", *EDITABLE],  # both distributions
     ):
         _run(cmd, log)
     probe.cache_clear()
@@ -131,7 +190,8 @@ def create(env: str | Path, log=print) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": round(time.time() - t0, 1),
         "requirements": [LLAMA_CPP_PYTHON, "numpy"],
-        "cmake_args": CMAKE_ARGS,
+        "cmake_args": args,
+        "cpu_build": arch,
         "wheel": str(wheel),
         "vendor": str(vendor),
         "python": info.get("python"),
@@ -160,7 +220,8 @@ def describe(python: str) -> dict:
     if "error" in info:
         out["error"] = info["error"]
     rec = record(python)
-    out |= {k: rec.get(k) for k in ("requirements", "cmake_args", "created", "seconds")}
+    keys = ("requirements", "cmake_args", "cpu_build", "created", "seconds")
+    out |= {k: rec.get(k) for k in keys}
     return out
 
 
@@ -178,7 +239,8 @@ def problem(python: str | None) -> str | None:
     if Path(info["edgeformer"]).resolve() != Path(ours):
         return (
             f"llama.cpp's environment {python} imports edgeformer from {info['edgeformer']}, "
-            f"not this checkout ({ours}): pip install --no-deps -e {REPO} there"
+            f"not this checkout ({ours}): pip install --no-deps -e {REPO} -e {REPO / 'benchmarks'} "
+            "there"
         )
     try:
         vendor_dir(python)

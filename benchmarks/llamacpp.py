@@ -17,11 +17,24 @@ Q8_0). `load` runs it with the llama.h API through llama-cpp-python's bindings: 
 batch as sequences of one context (one per row, no unified KV cache), the prompt in one
 llama_decode, then one token per row per step, greedy (argmax of each row's logits with EOS
 banned: the forced length, as min_new_tokens in the other stacks).
+
+    python -m edgeformer.benchmarks.llamacpp perplexity GGUF WINDOWS.json THREADS
+        in llama.cpp's environment: `perplexity` of the GGUF on the windows (a JSON list of
+        token-id lists, core.metrics.windows) and `decode_ms` at batch 1, one JSON line.
+        `measure` runs it from the bench's process under that environment's interpreter,
+        OMP_NUM_THREADS = THREADS, as a stack's process runs.
+    python -m edgeformer.benchmarks.llamacpp quantize SRC.gguf OUT.gguf QUANT THREADS
+        `quantize` (in llama.cpp's environment), for scripts (benchmarks/llama_ppl.py).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 QUANTS = {"q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
@@ -160,12 +173,113 @@ def load(path: Path, threads: int):
     return generate, close
 
 
+def perplexity(path: Path, windows: list[list[int]], threads: int) -> dict:
+    """llama.cpp's teacher-forced perplexity of the GGUF at `path` on token windows: each window
+    alone from an empty cache in one llama_decode (llama_cpp.Llama, logits_all), its ids as
+    given (no BOS added); the first token is context only, every later one predicted once
+    (log-softmax of the logits in float64)."""
+    import llama_cpp
+    import numpy as np
+
+    longest = max(len(w) for w in windows)
+    n_ctx = -(-longest // CTX_BLOCK) * CTX_BLOCK
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, logits_all=True,
+        n_threads=threads, n_threads_batch=threads, verbose=False,
+    )  # fmt: skip
+    nll, count, t0 = 0.0, 0, time.perf_counter()
+    try:
+        for w in windows:
+            llm.reset()
+            llm.eval(w)
+            logits = np.asarray(llm.scores[: len(w) - 1], dtype=np.float64)
+            top = logits.max(axis=1, keepdims=True)
+            logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+            nll += float((logz - logits[np.arange(len(w) - 1), w[1:]]).sum())
+            count += len(w) - 1
+    finally:
+        llm.close()
+    ms = (time.perf_counter() - t0) * 1e3
+    return {"ppl": float(np.exp(nll / count)), "nll": nll, "tokens": count, "eval_ms": ms}
+
+
+def decode_ms(path: Path, prompt: list[int], new_tokens: int, threads: int, repeats: int = 5):
+    """Batch-1 greedy generation of `new_tokens` after `prompt` with the stacks' loop (`load`):
+    the fastest of `repeats` calls' ms per new token (prompt included, as the bench's W1) and
+    per decode step alone (the call minus a 1-token call, over new_tokens - 1), after a warm-up
+    call. The fastest, not the median: on a shared 2-core host other jobs only add time."""
+    generate, close = load(path, threads)
+
+    def best_ms(n: int) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            generate([prompt], n)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return min(times)
+
+    try:
+        generate([prompt], new_tokens)  # warm-up
+        whole, first = best_ms(new_tokens), best_ms(1)
+    finally:
+        close()
+    return {
+        "ms_per_token": whole / new_tokens,
+        "decode_ms_per_step": (whole - first) / (new_tokens - 1),
+        "call_ms": whole,
+        "prompt_ms": first,
+        "prompt_tokens": len(prompt),
+        "new_tokens": new_tokens,
+    }
+
+
+PROMPT, NEW = 16, 32  # decode_ms's workload: W1's (16-token prompt, 32 new tokens)
+
+
+def _measure_here(path: Path, windows: list[list[int]], threads: int) -> dict:
+    prompt = windows[0][:PROMPT]
+    out = perplexity(path, windows, threads)
+    return {**out, **decode_ms(path, prompt, NEW, threads), "threads": threads}
+
+
+def measure(python: str, path: Path, windows: list[list[int]], threads: int = 2,
+            timeout: float = 3600) -> dict:  # fmt: skip
+    """`perplexity` and `decode_ms` (W1's lengths, the prompt: the first window's first ids) of
+    the GGUF at `path`, in a process of llama.cpp's environment (`python`: its interpreter,
+    llama_env.resolve) with OMP_NUM_THREADS = threads; its JSON. Raises with the child's last
+    line when it fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wfile = Path(tmp) / "windows.json"
+        wfile.write_text(json.dumps(windows))
+        cmd = [python, "-m", "edgeformer.benchmarks.llamacpp", "perplexity", str(path),
+               str(wfile), str(threads)]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"llama.cpp perplexity of {path}: exit {p.returncode}: {tail[0][:300]}")
+    return json.loads(lines[-1])
+
+
+USAGE = """usage: python -m edgeformer.benchmarks.llamacpp convert VENDOR HF_DIR OUT.gguf
+       python -m edgeformer.benchmarks.llamacpp quantize SRC.gguf OUT.gguf QUANT THREADS
+       python -m edgeformer.benchmarks.llamacpp perplexity GGUF WINDOWS.json THREADS"""
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 4 or argv[0] != "convert":
-        print("usage: python -m edgeformer.benchmarks.llamacpp convert VENDOR HF_DIR OUT.gguf")
-        return 2
-    convert(Path(argv[1]), Path(argv[2]), Path(argv[3]))
-    return 0
+    if len(argv) == 4 and argv[0] == "convert":
+        convert(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+        return 0
+    if len(argv) == 5 and argv[0] == "quantize":
+        quantize(Path(argv[1]), Path(argv[2]), argv[3], int(argv[4]))
+        return 0
+    if len(argv) == 4 and argv[0] == "perplexity":
+        windows = json.loads(Path(argv[2]).read_text())
+        print(json.dumps(_measure_here(Path(argv[1]), windows, int(argv[3]))), flush=True)
+        return 0
+    print(USAGE)
+    return 2
 
 
 if __name__ == "__main__":
