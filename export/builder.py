@@ -45,7 +45,7 @@ from ..core.config import FULL, SLIDING
 from ..core.format import ED_LENGTHS, LOGITS_3D, attention_head_size, io_names
 from . import gguf_blocks
 from .gptq import Hessians, gptq_int4
-from .recipes import VariantSpec
+from .recipes import VariantSpec, more_bits_layer
 
 OPSET = 21
 MS = "com.microsoft"
@@ -363,13 +363,22 @@ class Builder:
         ins = [x, q, scales, zero, *([bias] if bias else [])]
         return g.op("DynamicQuantizeMatMul", ins, domain=MS)
 
+    def layer_bits(self, name: str) -> int | None:
+        """The variant's bits for the linear layer `name` ("dec.{i}.ffn.down"): 8 where the
+        spec keeps more bits (more_bits in llama.cpp's Q4_K_M layers), else the spec's."""
+        parts = name.split(".")
+        if self.spec.more_bits and parts[0] == "dec" and parts[-1] in self.spec.more_bits:
+            if more_bits_layer(int(parts[1]), self.cfg.n_decoder_layers):
+                return 8
+        return self.spec.bits
+
     def linear(self, g: Graph, x: str, mod, name: str, add_bias: bool = True, bits=None):
         """y = x W^T (+ b). Returns (y, bias name or None); the bias is left to the consumer
         when add_bias is False (the residual Add, BiasGelu and MultiHeadAttention take one),
         except by DynamicQuantizeMatMul, which always adds it itself."""
         w = _f32(mod.weight)  # (N, K), PyTorch layout
         bias = None if mod.bias is None else g.weight(f"{name}.bias", _f32(mod.bias))
-        bits = self.spec.bits if bits is None else bits
+        bits = self.layer_bits(name) if bits is None else bits
         if bits and self.spec.method == "dynamic":  # its bias is free in the GEMM's epilogue
             return self._dynamic(g, x, name, w, bias), None
         if bits:

@@ -300,7 +300,7 @@ def write_package(
     with torch.no_grad():
         for variant in variants:
             t = time.perf_counter()
-            spec = variant_spec(variant, cfg.family, calibration)
+            spec = variant_spec(variant, cfg.family, calibration, bool(ckpt_config.get("source")))
             if spec.weights_of is not None:  # the base's graphs, other attributes
                 base = entries[spec.weights_of]
                 files = write_accuracy_variant(tmp, base.files, variant, spec.accuracy_level)

@@ -40,6 +40,15 @@ class VariantSpec:
     # a variant whose graphs are this one's with other attributes, reading its weights file
     # (core.format.WEB_VARIANTS); None: its own weights
     weights_of: str | None = None
+    # linear layers (the last part of their graph name: "qkv", "down") kept at 8 bits in the
+    # decoder layers llama.cpp's Q4_K_M gives more bits (more_bits_layer), in a 4-bit variant
+    more_bits: tuple[str, ...] = ()
+
+
+def more_bits_layer(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits (its Q4_K_M keeps attn_v / ffn_down at 6 bits there): the first
+    and last eighth of the layers and every third one between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
 VARIANT_SPECS: dict[str, VariantSpec] = {
@@ -107,13 +116,20 @@ assert tuple(VARIANT_SPECS) == VARIANTS, "a recipe per variant of the format"
 assert all(VARIANT_SPECS[w].weights_of == b for w, b in WEB_VARIANTS.items())
 
 
-def variant_spec(name: str, family: str, calibration: str | None = None) -> VariantSpec:
+def variant_spec(
+    name: str, family: str, calibration: str | None = None, converted: bool = False
+) -> VariantSpec:
     """The recipe of variant `name` for a model of `family`. A translator's int4 keeps its
     embedding and output projection at 8 bits: 4 bits there lost 0.55 BLEU on a trained
     translator's test set (README, Quantization), 8 bits nothing, at the same batch-1 speed;
     an LM keeps 4 bits everywhere (within its bound, and its head is a larger share of a step).
     calibration: what a GPTQ variant's linear layers were fitted to ("GPTQ on 512 training
-    examples"), for its description; None: not calibrated (scales fitted to each block)."""
+    examples"), for its description; None: not calibrated (scales fitted to each block).
+    converted: a converted (trained elsewhere) LM's int4 keeps its embedding and head at 8 bits
+    and the Q/K/V and down projections of llama.cpp's Q4_K_M layers at 8 bits: on
+    SmolLM2-135M-Instruct perplexity x1.44 -> x1.16 of fp32 at 0.87x the speed
+    (docs/design-notes.md, 2026-12-02); our own small LMs keep 4 bits everywhere (within their
+    bound, and their packages as they were)."""
     spec = VARIANT_SPECS[name]
     if name != "int4":
         return spec
@@ -126,6 +142,13 @@ def variant_spec(name: str, family: str, calibration: str | None = None) -> Vari
             description=f"MatMulNBits 4-bit weights, block 32 ({how}), int8 compute; 8-bit "
             "embedding and output projection",
         )
+    if converted:
+        return replace(
+            spec, embed_bits=8, head_bits=8, more_bits=("qkv", "down"),
+            description=f"MatMulNBits 4-bit weights, block 32 ({how}), int8 compute; 8-bit "
+            "embedding and output projection, 8-bit Q/K/V and down projections in llama.cpp's "
+            "Q4_K_M layers",
+        )  # fmt: skip
     return replace(
         spec,
         description=f"MatMulNBits 4-bit weights everywhere, block 32 ({how}), int8 compute",
