@@ -34,6 +34,10 @@ class VariantSpec:
     # 4 bits: each block's scale minimises its squared error (a search below the absmax
     # scale, export/builder.py) instead of onnxruntime's absmax; same format and kernels
     scale_search: bool = False
+    # 4-bit linear layers: a zero point per block (MatMulNBits' uint8 zero_points, two per
+    # byte) on the grid of least squared error (export/quantize.py); the embedding and the
+    # output projection stay symmetric (GatherBlockQuantized shares a tied head's table)
+    asymmetric: bool = False
     # 4-bit linear layers: GPTQ against the activations of training examples when export has
     # them (export/gptq.py; the embedding / output projection keep scale_search); same format
     gptq: bool = False
