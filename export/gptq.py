@@ -31,8 +31,10 @@ def layer_hessians(model: nn.Module, batches: Iterable[tuple]) -> dict[nn.Module
     acc: dict[nn.Module, torch.Tensor] = {}
 
     def hook(mod: nn.Module, inputs: tuple, _out) -> None:
-        x = inputs[0].reshape(-1, inputs[0].shape[-1]).double()  # (rows, K)
-        acc[mod] = acc.get(mod, torch.zeros(x.shape[1], x.shape[1], dtype=x.dtype)) + x.T @ x
+        x = inputs[0].reshape(-1, inputs[0].shape[-1]).float()  # (rows, K)
+        # a batch's X^T X in float32 (4x faster than float64 on a CPU), summed in float64
+        xtx = (x.T @ x).double()
+        acc[mod] = acc.get(mod, torch.zeros_like(xtx)) + xtx
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Linear)]
     try:
