@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("starlette", reason="needs the serve extra (starlette, uvicorn)")
 pytest.importorskip("uvicorn", reason="needs the serve extra (starlette, uvicorn)")
 
+from edgeformer.core.files import sha256
 from edgeformer.runtime.package import PRETRAINED_DIR
 
 # a plain template over the char LM's characters: "<role>: content" lines, then the reply's
@@ -26,8 +27,12 @@ def chat_package(tmp_path_factory):
     """The bundled shakespeare package with a chat template in its tokenizer_config.json."""
     path = tmp_path_factory.mktemp("serve") / "bard"
     shutil.copytree(PRETRAINED_DIR / "shakespeare", path)
-    config = json.loads((path / "tokenizer_config.json").read_text())
-    (path / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
+    tokenizer_config = path / "tokenizer_config.json"
+    config = json.loads(tokenizer_config.read_text())
+    tokenizer_config.write_text(json.dumps({**config, "chat_template": TEMPLATE}))
+    package = json.loads((path / "config.json").read_text())
+    package["files"]["tokenizer_config.json"] = sha256(tokenizer_config)  # its new checksum
+    (path / "config.json").write_text(json.dumps(package))
     return path
 
 
