@@ -71,6 +71,12 @@ def _serve() -> Command:
     return cli
 
 
+def _serve_bench() -> Command:
+    from ..runtime.serve import bench
+
+    return bench
+
+
 def _bench() -> Command:
     from ..benchmarks import cli
 
@@ -89,6 +95,7 @@ COMMANDS: dict[str, tuple[Callable[[], Command], str]] = {
     "info": (_runtime, "describe a model package: model, variants, graphs"),
     "verify": (_verify, "check a package on this machine against PyTorch"),
     "serve": (_serve, "serve packages over HTTP: an OpenAI-compatible server"),
+    "serve-bench": (_serve_bench, "measure the server under 1 / 4 / 16 concurrent clients"),
     "bench": (_bench, "benchmark speed and quality against peers"),
 }
 
@@ -109,6 +116,7 @@ NEEDS = {
     "info": (("onnxruntime",), "cpu"),
     "verify": (("onnxruntime",), "cpu"),
     "serve": (("onnxruntime", "starlette", "uvicorn", "prometheus_client"), "cpu,serve"),
+    "serve-bench": (("onnxruntime", "starlette", "uvicorn", "prometheus_client"), "cpu,serve"),
 }
 
 

@@ -77,3 +77,17 @@ def test_curl_completion_and_stream(cli_server):
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == want
     denied = json.loads(curl("-d", body, f"{cli_server}/v1/completions"))
     assert denied["error"]["code"] == "invalid_api_key"
+
+
+def test_serve_bench_writes_its_table_and_json(tmp_path):
+    out = tmp_path / "bench.json"
+    edgeformer = Path(sys.executable).with_name("edgeformer")
+    cmd = [str(edgeformer), "serve-bench", "shakespeare", "--clients", "1,2", "--requests", "4",
+           "--max-tokens", "4", "--threads", "1", "--out", str(out)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "| clients | requests/s |" in run.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["clients"] for r in rows] == [1, 2]
+    assert all(r["requests"] == 4 and r["tokens_per_s"] > 0 for r in rows)
+    assert rows[0]["speedup"] == 1.0
