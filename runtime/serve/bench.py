@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 
 from ...core.files import atomic_text
 from ..commands import PACKAGE_HELP
-from .app import ServeConfig, create_app, named, running
-from .scheduler import BatchSettings
+from .app import create_app, named, running
+from .cli import add_serving_arguments, config_of
 
 log = logging.getLogger("edgeformer")
 # short (a char LM of 64 positions takes them with 32 new tokens), of different lengths
@@ -152,29 +152,18 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve-bench") -> N
         help="new tokens per request (ignore_eos: all of them) (default: 32)",
     )
     p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="onnxruntime intra-op threads of the server (default: one per core)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=16,
-        metavar="N",
-        help="rows of the server's continuous batch (default: 16)",
-    )
-    p.add_argument(
-        "--variant", default="fp32", help="the package's variant the server runs (default: fp32)"
-    )
-    p.add_argument(
         "--out",
         type=Path,
         default=None,
         metavar="FILE",
         help="write the results as JSON there (default: print only)",
     )
+    add_serving_arguments(p)
+    for action in p._actions:  # the runs repeat their prompts: no prefix cache unless asked
+        if action.dest == "prefix_cache_mb":
+            action.default = 0.0
+            action.help = "K/V memory kept for prefix caching (default: 0, off: every run "
+            action.help += "sends the same prompts)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,8 +171,7 @@ def run(args: argparse.Namespace) -> int:
     if not counts or min(counts) < 1 or args.requests < 1 or args.max_tokens < 1:
         raise ValueError("--clients, --requests and --max-tokens must be >= 1")
     name, _ = named(args.package)
-    batch = BatchSettings(max_batch=args.batch_size, prefix_cache_mb=0)  # no reuse between runs
-    app = create_app(ServeConfig((args.package,), batch, args.variant, threads=args.threads))
+    app = create_app(config_of(args, [args.package]))
     body = {"model": name, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
     bodies = [{**body, "prompt": PROMPTS[i % len(PROMPTS)]} for i in range(args.requests)]

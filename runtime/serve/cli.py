@@ -13,6 +13,7 @@ import logging
 import os
 
 from ..commands import PACKAGE_HELP, add_runtime_arguments
+from .app import ServeConfig
 from .scheduler import BatchSettings
 
 log = logging.getLogger("edgeformer")
@@ -25,15 +26,17 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve") -> None:
     h = p.add_argument_group("server")
     h.add_argument("--host", default="127.0.0.1", help="address to listen on (default: "
                    "127.0.0.1, this machine only; 0.0.0.0: every interface)")  # fmt: skip
-    h.add_argument(
-        "--port",
-        type=int,
-        default=8000,
-        help="the port to listen on; 0: a free one (default: 8000)",
-    )
+    h.add_argument("--port", type=int, default=8000,
+                   help="the port to listen on; 0: a free one (default: 8000)")  # fmt: skip
     h.add_argument("--api-key", default=None, metavar="KEY",
                    help=f"requests to /v1/ need 'Authorization: Bearer KEY' (default: "
                    f"${API_KEY_ENV}, else none)")  # fmt: skip
+    add_serving_arguments(p)
+
+
+def add_serving_arguments(p: argparse.ArgumentParser) -> None:
+    """How the packages run and batch: serve's and serve-bench's flags (the runtime's are
+    every command's: runtime/commands.py add_runtime_arguments)."""
     b = p.add_argument_group("continuous batching (language models)")
     b.add_argument("--context", type=int, default=0, metavar="N",
                    help="cache positions per request: prompt + new tokens (default: the "
@@ -51,23 +54,27 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve") -> None:
     add_runtime_arguments(p.add_argument_group("runtime"), "serve")
 
 
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .app import ServeConfig, create_app
-
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port {args.port} must be in [0, 65535]")
+def config_of(args: argparse.Namespace, packages: list[str]) -> ServeConfig:
+    """The ServeConfig the flags of add_serving_arguments say."""
     batch = BatchSettings(
         max_batch=args.batch_size, context=args.context, prefix_cache_mb=args.prefix_cache_mb,
         max_waiting=args.max_waiting,
     )  # fmt: skip
-    config = ServeConfig(
-        tuple(args.packages), batch, args.variant, args.provider, args.threads,
+    return ServeConfig(
+        tuple(packages), batch, args.variant, args.provider, args.threads,
         None if args.spinning is None else args.spinning == "on", args.max_quality_loss,
-        args.truncate, args.api_key or os.environ.get(API_KEY_ENV) or None,
+        args.truncate, getattr(args, "api_key", None) or os.environ.get(API_KEY_ENV) or None,
     )  # fmt: skip
-    app = create_app(config)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port} must be in [0, 65535]")
+    app = create_app(config_of(args, args.packages))
     log.info("serving %s on http://%s:%d", ", ".join(args.packages), args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
