@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -255,7 +256,7 @@ class Server:
         return card
 
     async def health(self, request: HTTPRequest) -> Response:
-        return JSONResponse({"status": "ok", "models": list(self.models)})
+        return JSONResponse({"status": "ok", "models": list(self.models), "pid": os.getpid()})
 
     async def prometheus(self, request: HTTPRequest) -> Response:
         return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)

@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve") -> None:
                    "127.0.0.1, this machine only; 0.0.0.0: every interface)")  # fmt: skip
     h.add_argument("--port", type=int, default=8000,
                    help="the port to listen on; 0: a free one (default: 8000)")  # fmt: skip
+    h.add_argument("--replicas", type=int, default=0, metavar="N",
+                   help="serve N copies on a local Ray Serve instance (the ray extra), each its "
+                   "own process with its own batch (default: 0, one process, no Ray)")  # fmt: skip
     h.add_argument("--api-key", default=None, metavar="KEY",
                    help=f"requests to /v1/ need 'Authorization: Bearer KEY' (default: "
                    f"${API_KEY_ENV}, else none)")  # fmt: skip
@@ -74,7 +77,15 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} must be in [0, 65535]")
-    app = create_app(config_of(args, args.packages))
+    config = config_of(args, args.packages)
+    if args.replicas:
+        from . import ray_app
+
+        log.info("serving %s with %d Ray Serve replicas on http://%s:%d",
+                 ", ".join(args.packages), args.replicas, args.host, args.port)  # fmt: skip
+        ray_app.run(config, args.host, args.port, args.replicas)
+        return 0
+    app = create_app(config)
     log.info("serving %s on http://%s:%d", ", ".join(args.packages), args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
