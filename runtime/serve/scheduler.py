@@ -139,8 +139,11 @@ class BatchScheduler:
         with self.cond:
             if self.closed:
                 raise Busy("the server is shutting down")
-            if len(self.waiting) >= self.settings.max_waiting:
-                raise Busy(f"{len(self.waiting)} requests already wait for a row")
+            limit = self.settings.max_waiting
+            free = self.settings.max_batch - sum(not r.left for r in self.rows)
+            if len(self.waiting) - free >= limit:  # it would wait, and the queue is full
+                raise Busy(f"all {self.settings.max_batch} rows are busy and {len(self.waiting)} "
+                           f"requests wait for one (at most {limit} may)")  # fmt: skip
             self.waiting.append(row)
             self.cond.notify_all()
         while not row.ready.wait(0.05):

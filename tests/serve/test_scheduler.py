@@ -162,3 +162,21 @@ def test_a_cancelled_request_frees_its_row(generator):
         assert complete(lm, "KING", {"max_tokens": 5, "temperature": 0})[1] == "length"
     finally:
         lm.close()
+
+
+def test_requests_past_the_waiting_limit_are_refused(generator):
+    """One row, no waiting: a second request while the first decodes is Busy (HTTP 503)."""
+    from edgeformer.runtime.serve.scheduler import Busy
+
+    lm = served_lm(generator, max_batch=1, max_waiting=0)
+    try:
+        req = lm.prepare({"max_tokens": 30, "temperature": 0}, "completion",
+                         lm.completion_prompt("ROMEO:"), "prompt")  # fmt: skip
+        first = lm.run(req, 0, threading.Event())
+        next(first)  # it holds the one row
+        with pytest.raises(Busy):
+            next(lm.run(req, 0, threading.Event()))
+        first.close()
+        assert complete(lm, "KING", {"max_tokens": 3, "temperature": 0})[1] == "length"
+    finally:
+        lm.close()
