@@ -83,11 +83,18 @@ def test_serve_bench_writes_its_table_and_json(tmp_path):
     out = tmp_path / "bench.json"
     edgeformer = Path(sys.executable).with_name("edgeformer")
     cmd = [str(edgeformer), "serve-bench", "shakespeare", "--clients", "1,2", "--requests", "4",
-           "--max-tokens", "4", "--threads", "1", "--out", str(out)]  # fmt: skip
+           "--max-tokens", "4", "--threads", "1", "--rounds", "1", "--turns", "3",
+           "--out", str(out)]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "| clients | requests/s |" in run.stdout
-    rows = json.loads(out.read_text())["rows"]
+    result = json.loads(out.read_text())
+    rows = result["rows"]
     assert [r["clients"] for r in rows] == [1, 2]
     assert all(r["requests"] == 4 and r["tokens_per_s"] > 0 for r in rows)
     assert rows[0]["speedup"] == 1.0
+    turns = result["turns"]  # each turn's prompt starts with the previous turn's: cached
+    assert [t["turn"] for t in turns] == [1, 2, 3] and turns[0]["cached_tokens"] == 0
+    for before, turn in zip(turns, turns[1:]):  # the previous prompt, and any reply token
+        cached = turn["cached_tokens"]  # that matched the next message's
+        assert before["prompt_tokens"] <= cached < turn["prompt_tokens"]
