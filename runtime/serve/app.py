@@ -70,6 +70,8 @@ class Metrics:
                      registry=r)  # fmt: skip
         prefilled = Gauge("edgeformer_prefilled_tokens", "prompt tokens run through the graph",
                           ["model"], registry=r)  # fmt: skip
+        stepping = Gauge("edgeformer_decode_step_seconds", "time in batched decoder steps",
+                         ["model"], registry=r)  # fmt: skip
         for name, served in models.items():
             if isinstance(served, ServedLM):
                 s = served.scheduler
@@ -81,6 +83,7 @@ class Metrics:
                 prefilled.labels(name).set_function(
                     functools.partial(getattr, c, "prefilled_tokens")
                 )
+                stepping.labels(name).set_function(functools.partial(getattr, c, "step_seconds"))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

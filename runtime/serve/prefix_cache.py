@@ -35,11 +35,15 @@ def shared_length(a: np.ndarray, b: np.ndarray) -> int:
     return int(differ[0]) if len(differ) else n
 
 
-class PrefixCache:
-    """Cached prefixes, least recently used first; at most `max_bytes` of K/V (0: off)."""
+MAX_ENTRIES = 512  # a lookup compares the prompt with every entry
 
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
+
+class PrefixCache:
+    """Cached prefixes, least recently used first; at most `max_bytes` of K/V (0: off) in at
+    most `max_entries` entries."""
+
+    def __init__(self, max_bytes: int, max_entries: int = MAX_ENTRIES):
+        self.max_bytes, self.max_entries = max_bytes, max_entries
         self.entries: OrderedDict[int, Prefix] = OrderedDict()
         self.nbytes = 0
         self.lock = threading.Lock()
@@ -81,7 +85,9 @@ class PrefixCache:
                     return
                 if shared == len(old.tokens):  # the new one extends it
                     self._drop(key)
-            while self.entries and self.nbytes + size > self.max_bytes:
+            while self.entries and (
+                self.nbytes + size > self.max_bytes or len(self.entries) >= self.max_entries
+            ):
                 self._drop(next(iter(self.entries)))
                 self.evicted += 1
             self.entries[self._next] = entry

@@ -20,7 +20,7 @@ import collections.abc as abc
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -99,8 +99,7 @@ class Counters:
     prefilled_tokens: int = 0  # prompt tokens run through the graph
     cached_tokens: int = 0  # prompt tokens whose cache came from the prefix cache
     admitted: int = 0
-    step_seconds: float = 0.0
-    extra: dict[str, int] = field(default_factory=dict)
+    step_seconds: float = 0.0  # in the batch's decoder steps
 
 
 class BatchScheduler:

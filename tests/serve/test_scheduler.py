@@ -180,3 +180,11 @@ def test_requests_past_the_waiting_limit_are_refused(generator):
         assert complete(lm, "KING", {"max_tokens": 3, "temperature": 0})[1] == "length"
     finally:
         lm.close()
+
+
+def test_prefix_cache_entries_are_bounded_in_number_too():
+    pc = PrefixCache(max_bytes=1 << 20, max_entries=3)
+    for i in range(5):
+        pc.add([100 * i, 1, 2], {"k": np.zeros((1, 3, 4), np.float32)})
+    assert len(pc.entries) == 3 and pc.evicted == 2
+    assert pc.lookup([0, 1, 2, 3])[1] == 0 and pc.lookup([400, 1, 2, 3])[1] == 3
