@@ -169,11 +169,11 @@ class Server:
                 found.close()
                 put(None)
 
-        for i in range(req.n):
+        for i in range(req.choices):
             threading.Thread(target=work, args=(i,), daemon=True, name="edgeformer-req").start()
         done = 0
         try:
-            while done < req.n:
+            while done < req.choices:
                 item = await queue.get()
                 if item is None:
                     done += 1
@@ -200,13 +200,13 @@ class Server:
         if kind == "chat":
             if "messages" not in body:
                 raise bad("messages is required", "messages")
-            prompt = await asyncio.to_thread(served.chat_prompt, body["messages"],
-                                             body.get("chat_template_kwargs"))  # fmt: skip
+            prompts = [await asyncio.to_thread(served.chat_prompt, body["messages"],
+                                               body.get("chat_template_kwargs"))]  # fmt: skip
         else:
             if "prompt" not in body:
                 raise bad("prompt is required", "prompt")
-            prompt = await asyncio.to_thread(served.completion_prompt, body["prompt"])
-        req = served.prepare(body, kind, prompt, "messages" if kind == "chat" else "prompt")
+            prompts = await asyncio.to_thread(served.completion_prompts, body["prompt"])
+        req = served.prepare(body, kind, prompts, "messages" if kind == "chat" else "prompt")
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise bad(f"stream={stream!r} must be true or false", "stream")
@@ -289,7 +289,7 @@ class Call:
             m.ttft.labels(self.route, self.served.name).observe(self.first - self.start)
 
     def usage(self, made: int, cached: int) -> dict:
-        prompt = len(self.req.prompt)
+        prompt = self.req.prompt_tokens
         m, name = self.server.metrics, self.served.name
         m.prompt_tokens.labels(name).inc(prompt)
         m.cached_tokens.labels(name).inc(cached)
@@ -299,7 +299,7 @@ class Call:
                 "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
     async def whole(self) -> dict:
-        parts: dict[int, list[Piece]] = {i: [] for i in range(self.req.n)}
+        parts: dict[int, list[Piece]] = {i: [] for i in range(self.req.choices)}
         try:
             async for piece in self.server.pieces(self.served, self.req, self.stop):
                 self.saw(piece)
@@ -307,7 +307,7 @@ class Call:
         except Busy as e:
             raise APIError(503, str(e), None, "server_busy", "server_error") from None
         answers = []
-        for i in range(self.req.n):
+        for i in range(self.req.choices):
             ps = parts[i]
             answers.append(Answer("".join(p.text for p in ps),
                                   [lp for p in ps for lp in p.logprobs], sum(p.tokens for p in ps),
@@ -354,7 +354,7 @@ class Call:
             if self.kind == "chat":
                 yield self.chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None}
-                                  for i in range(self.req.n)])  # fmt: skip
+                                  for i in range(self.req.choices)])  # fmt: skip
             async for piece in self.server.pieces(self.served, self.req, self.stop):
                 self.saw(piece)
                 made += piece.tokens

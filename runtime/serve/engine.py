@@ -27,6 +27,8 @@ from .protocol import (
 from .scheduler import BatchScheduler, BatchSettings
 
 MAX_TRANSLATION_INPUTS = 64
+MAX_PROMPTS = 16  # prompts of one completion request
+MAX_CHOICES = 64  # prompts x n
 
 
 @dataclass
@@ -54,12 +56,21 @@ class Piece:
 
 @dataclass
 class Request:
-    """One completion request, checked and prepared: its prompt ids and options."""
+    """One completion request, checked and prepared: its prompts' ids and options. Choice c
+    continues prompt c // n."""
 
-    prompt: list[int]
+    prompts: list[list[int]]
     opts: PreparedOptions
-    n: int
+    n: int  # choices per prompt
     top_logprobs: int | None  # None: no logprobs
+
+    @property
+    def choices(self) -> int:
+        return len(self.prompts) * self.n
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(map(len, self.prompts))
 
 
 class ServedLM:
@@ -75,26 +86,34 @@ class ServedLM:
         self.context = self.scheduler.capacity
 
     # -- requests -> prompt ids ------------------------------------------------------------
-    def completion_prompt(self, prompt: object) -> list[int]:
-        """The `prompt` field: a text, a list of one text, or a list of token ids."""
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            try:
-                return self.generator.prompt_ids(prompt, truncate=False, max_input_length=1 << 30)
-            except ValueError as e:
-                raise bad(f"prompt: {e}", "prompt") from None
+    def completion_prompts(self, prompt: object) -> list[list[int]]:
+        """The `prompt` field's prompts as ids: a text, token ids, or a list of either."""
         vocab = self.model.tokenizer.get_vocab_size()
-        if (
-            isinstance(prompt, list)
-            and prompt
-            and all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prompt
-            )
-        ):
-            return list(prompt)
-        raise bad(f"prompt must be a string, a list of one string or a list of token ids < "
-                  f"{vocab} (one prompt per request)", "prompt")  # fmt: skip
+
+        def is_ids(p: object) -> bool:
+            return isinstance(p, list) and bool(p) and all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in p
+            )  # fmt: skip
+
+        several = isinstance(prompt, list) and bool(prompt) and not is_ids(prompt)
+        items = prompt if several else [prompt]
+        assert isinstance(items, list)
+        if len(items) > MAX_PROMPTS:
+            raise bad(f"prompt has {len(items)} prompts: at most {MAX_PROMPTS}", "prompt")
+        out = []
+        for i, p in enumerate(items):
+            where = f"prompt[{i}]" if several else "prompt"
+            if isinstance(p, str):
+                try:
+                    out.append(self.generator.prompt_ids(p, max_input_length=1 << 30))
+                except ValueError as e:
+                    raise bad(f"{where}: {e}", "prompt") from None
+            elif is_ids(p):
+                out.append(list(p))
+            else:
+                raise bad(f"{where} must be a string or a non-empty list of token ids < "
+                          f"{vocab}", "prompt")  # fmt: skip
+        return out
 
     def chat_prompt(self, messages: object, template_kwargs: object) -> list[int]:
         if template_kwargs is not None and not isinstance(template_kwargs, dict):
@@ -116,19 +135,26 @@ class ServedLM:
             raise bad(f"messages: {e}", "messages") from None
         return self.model.encode(text)
 
-    def prepare(self, body: Mapping, kind: str, prompt: list[int], what: str) -> Request:
+    def prepare(self, body: Mapping, kind: str, prompts: list[list[int]], what: str) -> Request:
         """The request's options, validated once (GenerationOptions) and prepared for the model
-        (Model.prepare), with the prompt fitted to the context."""
+        (Model.prepare) with the room its longest prompt leaves (as Generator prepares a
+        batch's), the prompts fitted to the context."""
         n = choices_asked(body)
+        if n * len(prompts) > MAX_CHOICES:
+            raise bad(f"{len(prompts)} prompts x n={n} choices: at most {MAX_CHOICES}", "n")
         k = top_logprobs_asked(body, kind)
         fields = decoding_fields(body, self.model.defaults)
-        if len(prompt) > self.context:
-            if not self.truncate:
-                raise bad(
-                    f"this model's maximum context length is {self.context} tokens; the "
-                    f"{what} has {len(prompt)} tokens", what, "context_length_exceeded",
-                )  # fmt: skip
-            prompt = prompt[-self.context :]
+        fitted = []
+        for prompt in prompts:
+            if len(prompt) > self.context:
+                if not self.truncate:
+                    raise bad(
+                        f"this model's maximum context length is {self.context} tokens; the "
+                        f"{what} has {len(prompt)} tokens", what, "context_length_exceeded",
+                    )  # fmt: skip
+                prompt = prompt[-self.context :]
+            fitted.append(prompt)
+        prompt = max(fitted, key=len)
         room = self.context - len(prompt) + 1
         asked = fields.get("max_new_tokens")
         if isinstance(asked, int) and asked > room:
@@ -146,7 +172,7 @@ class ServedLM:
         if prepared.num_beams > 1:
             raise bad("beam search is not served (its package default: pass temperature)",
                       "temperature")  # fmt: skip
-        return Request(prompt, prepared, n, k)
+        return Request(fitted, prepared, n, k)
 
     # -- decoding (on a request's thread) --------------------------------------------------
     def run(
@@ -158,7 +184,7 @@ class ServedLM:
         if opts.seed is not None and index:
             opts = copy.copy(opts)  # valid options, a valid seed: no second validation
             opts.seed = req.opts.seed + index  # type: ignore[operator]
-        m, prompt = self.model, req.prompt
+        m, prompt = self.model, req.prompts[index // req.n]
         stops = list(opts.stop)
         test = stop_test(m.decode, stops, [prompt], [0]) if stops else None
         inputs = DecodeInputs(m.eos_id, [prompt], self.generator.banned_ids, stop=test)

@@ -81,6 +81,20 @@ def test_n_choices_seeded_sampling_and_stop(client, alone):
     assert stopped.choices[0].text == alone.generate("ROMEO:", max_new_tokens=40, stop=["the"])
 
 
+def test_several_prompts_in_one_request(client, alone):
+    """A list of prompts (texts or token ids): n choices each, prompt i's at i * n .. (vLLM's
+    and the API's order)."""
+    prompts = ["ROMEO:", "KING", alone.prompt_ids("JULIET:")]
+    got = client.completions.create(model="shakespeare", prompt=prompts, max_tokens=10,
+                                    temperature=0, n=2)  # fmt: skip
+    texts = [c.text for c in sorted(got.choices, key=lambda c: c.index)]
+    want = [alone.generate(p, max_new_tokens=10) for p in ("ROMEO:", "KING", "JULIET:")]
+    assert texts == [w for w in want for _ in range(2)]
+    assert got.usage.prompt_tokens == sum(len(alone.prompt_ids(p)) for p in prompts[:2]) + len(
+        prompts[2])  # fmt: skip
+    assert got.usage.completion_tokens == 60
+
+
 def test_logprobs_are_the_models(client, alone):
     got = client.completions.create(model="shakespeare", prompt="ROMEO:", max_tokens=4,
                                     temperature=0, logprobs=2)  # fmt: skip

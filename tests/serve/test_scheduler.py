@@ -29,7 +29,7 @@ def served_lm(generator, **settings) -> ServedLM:
 
 def complete(lm: ServedLM, prompt: str, body: dict, stop: threading.Event | None = None):
     """(text, finish_reason, cached prompt tokens) of one choice through the scheduler."""
-    req = lm.prepare(body, "completion", lm.completion_prompt(prompt), "prompt")
+    req = lm.prepare(body, "completion", lm.completion_prompts(prompt), "prompt")
     pieces = list(lm.run(req, 0, stop or threading.Event()))
     return "".join(p.text for p in pieces), pieces[-1].finish_reason, pieces[-1].cached_tokens
 
@@ -147,7 +147,7 @@ def test_a_cancelled_request_frees_its_row(generator):
     try:
         stop = threading.Event()
         req = lm.prepare({"max_tokens": 50, "temperature": 0}, "completion",
-                         lm.completion_prompt("ROMEO:"), "prompt")  # fmt: skip
+                         lm.completion_prompts("ROMEO:"), "prompt")  # fmt: skip
         found = lm.run(req, 0, stop)
         next(found)
         assert lm.scheduler.running == 1
@@ -171,7 +171,7 @@ def test_requests_past_the_waiting_limit_are_refused(generator):
     lm = served_lm(generator, max_batch=1, max_waiting=0)
     try:
         req = lm.prepare({"max_tokens": 30, "temperature": 0}, "completion",
-                         lm.completion_prompt("ROMEO:"), "prompt")  # fmt: skip
+                         lm.completion_prompts("ROMEO:"), "prompt")  # fmt: skip
         first = lm.run(req, 0, threading.Event())
         next(first)  # it holds the one row
         with pytest.raises(Busy):
