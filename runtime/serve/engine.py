@@ -104,10 +104,11 @@ class ServedLM:
         for i, p in enumerate(items):
             where = f"prompt[{i}]" if several else "prompt"
             if isinstance(p, str):
-                try:
-                    out.append(self.generator.prompt_ids(p, max_input_length=1 << 30))
+                try:  # --truncate: the end of a longer one (prepare fits it to the context)
+                    out.append(self.generator.prompt_ids(p, truncate=self.truncate))
                 except ValueError as e:
-                    raise bad(f"{where}: {e}", "prompt") from None
+                    code = "context_length_exceeded" if "longer than" in str(e) else None
+                    raise bad(f"{where}: {e}", "prompt", code) from None
             elif is_ids(p):
                 out.append(list(p))
             else:

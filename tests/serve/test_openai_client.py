@@ -136,6 +136,8 @@ def test_bad_requests_get_one_clear_error(client, kwargs, status, param):
     assert e.value.status_code == status
     body = e.value.body
     assert body["param"] == param and body["message"], body
+    if "prompt" in kwargs or kwargs.get("max_tokens") == 70:
+        assert body["code"] == "context_length_exceeded", body
 
 
 def test_malformed_bodies(url):

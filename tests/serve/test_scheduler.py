@@ -188,3 +188,14 @@ def test_prefix_cache_entries_are_bounded_in_number_too():
         pc.add([100 * i, 1, 2], {"k": np.zeros((1, 3, 4), np.float32)})
     assert len(pc.entries) == 3 and pc.evicted == 2
     assert pc.lookup([0, 1, 2, 3])[1] == 0 and pc.lookup([400, 1, 2, 3])[1] == 3
+
+
+def test_truncate_keeps_the_end_of_a_long_prompt(generator):
+    lm = ServedLM("shakespeare", generator, BatchSettings(context=40), truncate=True)
+    try:
+        text = "ROMEO: " * 20  # 140 characters: past the model's 64 positions and the 40
+        got, finish, _ = complete(lm, text, {"max_tokens": 1, "temperature": 0})
+        assert finish == "length"
+        assert got == generator.generate(text[-40:], max_new_tokens=1)
+    finally:
+        lm.close()
