@@ -29,9 +29,10 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ...core.schema import PackageError
 from ..api import Generator, Translator
 from .engine import Piece, Request, ServedLM, ServedTranslator, TokenLogprob
-from .protocol import APIError, bad, check_fields, parse_body
+from .protocol import APIError, bad, check_fields, options_error, parse_body
 from .scheduler import BatchSettings, Busy
 
 log = logging.getLogger("edgeformer")
@@ -225,7 +226,12 @@ class Server:
         assert isinstance(served, ServedTranslator)
         texts, options = served.prepare(body)
         start = time.perf_counter()
-        out, sources, made = await asyncio.to_thread(served.translate, texts, options)
+        try:
+            out, sources, made = await asyncio.to_thread(served.translate, texts, options)
+        except PackageError:
+            raise
+        except ValueError as e:  # an option the model refuses (prepared there, once)
+            raise options_error(e) from None
         name = served.name
         self.metrics.latency.labels("/v1/translations", name).observe(time.perf_counter() - start)
         self.metrics.prompt_tokens.labels(name).inc(sources)

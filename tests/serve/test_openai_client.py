@@ -167,6 +167,9 @@ def test_translation_route(url):
     lang = httpx.post(f"{url}/v1/translations", timeout=10,
                       json={"model": "m30k-en-de", "input": "x", "target_lang": "xx"})  # fmt: skip
     assert lang.status_code == 400 and lang.json()["error"]["message"]
+    zero = httpx.post(f"{url}/v1/translations", timeout=10,
+                      json={"model": "m30k-en-de", "input": "x", "max_tokens": 0})  # fmt: skip
+    assert zero.status_code == 400 and zero.json()["error"]["param"] == "max_tokens"
 
 
 def test_a_client_that_goes_away_mid_stream_frees_its_row(served, monkeypatch):
