@@ -381,14 +381,12 @@ class Call:
             self.stop.set()  # a client that went away frees its rows at the next step
 
 
-def route_of(request: HTTPRequest) -> str:
-    return request.url.path
-
-
 def app_of(server: Server) -> Starlette:
     """The ASGI app: routes, API key, OpenAI error objects, request counts."""
 
-    def handler(call: Callable) -> Callable:
+    def handler(path: str, call: Callable) -> Callable:
+        """`call` answering `path` (the route's template: the metrics' label)."""
+
         async def run(request: HTTPRequest) -> Response:
             try:
                 if server.api_key is not None and request.url.path.startswith("/v1/"):
@@ -406,19 +404,22 @@ def app_of(server: Server) -> Starlette:
                 log.exception("%s %s failed", request.method, request.url.path)
                 response = error_response(APIError(500, f"{type(e).__name__}: {e}", None, None,
                                                    "server_error"))  # fmt: skip
-            server.metrics.requests.labels(route_of(request), str(response.status_code)).inc()
+            server.metrics.requests.labels(path, str(response.status_code)).inc()
             return response
 
         return run
 
     routes = [
-        Route("/v1/completions", handler(server.completions), methods=["POST"]),
-        Route("/v1/chat/completions", handler(server.chat), methods=["POST"]),
-        Route("/v1/translations", handler(server.translations), methods=["POST"]),
-        Route("/v1/models", handler(server.list_models), methods=["GET"]),
-        Route("/v1/models/{name:path}", handler(server.get_model), methods=["GET"]),
-        Route("/health", handler(server.health), methods=["GET"]),
-        Route("/metrics", handler(server.prometheus), methods=["GET"]),
+        Route(path, handler(path, call), methods=[method])
+        for path, call, method in (
+            ("/v1/completions", server.completions, "POST"),
+            ("/v1/chat/completions", server.chat, "POST"),
+            ("/v1/translations", server.translations, "POST"),
+            ("/v1/models", server.list_models, "GET"),
+            ("/v1/models/{name:path}", server.get_model, "GET"),
+            ("/health", server.health, "GET"),
+            ("/metrics", server.prometheus, "GET"),
+        )
     ]
 
     async def not_found(request: HTTPRequest, exc: Exception) -> Response:
