@@ -37,6 +37,7 @@ from .scheduler import BatchSettings, Busy
 
 log = logging.getLogger("edgeformer")
 Served = ServedLM | ServedTranslator
+DISCONNECT_POLL_S = 0.1  # how often a whole answer's request checks its client is there
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -217,7 +218,7 @@ class Server:
         if stream:
             return StreamingResponse(call.stream(usage_wanted), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})  # fmt: skip
-        return JSONResponse(await call.whole())
+        return JSONResponse(await call.whole(request))
 
     async def translations(self, request: HTTPRequest) -> Response:
         body = parse_body(await request.body())
@@ -304,14 +305,26 @@ class Call:
         return {"prompt_tokens": prompt, "completion_tokens": made, "total_tokens": prompt + made,
                 "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
-    async def whole(self) -> dict:
+    async def watch(self, request: HTTPRequest) -> None:
+        """Set `stop` when the client goes away before its whole answer (its rows are freed
+        at the next step, as a stream's are)."""
+        while not self.stop.is_set():
+            if await request.is_disconnected():
+                self.stop.set()
+                return
+            await asyncio.sleep(DISCONNECT_POLL_S)
+
+    async def whole(self, request: HTTPRequest) -> dict:
         parts: dict[int, list[Piece]] = {i: [] for i in range(self.req.choices)}
+        watcher = asyncio.create_task(self.watch(request))
         try:
             async for piece in self.server.pieces(self.served, self.req, self.stop):
                 self.saw(piece)
                 parts[piece.index].append(piece)
         except Busy as e:
             raise APIError(503, str(e), None, "server_busy", "server_error") from None
+        finally:
+            watcher.cancel()
         answers = []
         for i in range(self.req.choices):
             ps = parts[i]

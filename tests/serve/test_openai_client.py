@@ -198,6 +198,26 @@ def test_a_client_that_goes_away_mid_stream_frees_its_row(served, monkeypatch):
     assert lm.counters.stepped_rows - before < 25
 
 
+def test_a_client_that_goes_away_before_a_whole_answer_frees_its_row(served, monkeypatch):
+    url, server = served
+    lm = server.models["shakespeare"].scheduler
+    step = lm._step
+
+    def slow_step() -> None:
+        time.sleep(0.02)
+        step()
+
+    monkeypatch.setattr(lm, "_step", slow_step)
+    before = lm.counters.stepped_rows
+    body = {"model": "shakespeare", "prompt": "ROMEO:", "max_tokens": 55, "temperature": 0}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{url}/v1/completions", json=body, timeout=0.3)
+    deadline = time.monotonic() + 10
+    while lm.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lm.running == 0 and lm.counters.stepped_rows - before < 40
+
+
 def test_concurrent_clients_share_the_batch(served, alone):
     url, server = served
     counters = server.models["shakespeare"].scheduler.counters
