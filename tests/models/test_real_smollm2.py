@@ -84,7 +84,23 @@ def test_variant_quality_on_real_weights(measured, variant):
     assert same >= fewest, f"{variant}: {same}/12 answers equal transformers' fp32"
 
 
-@pytest.mark.xfail(strict=True, reason="target: int8 >= 10/12 answers (issue 57); not reached")
+# llama.cpp's greedy answers equal to transformers' on the same prompts (of 12; 2026-12-02,
+# design notes): f32 12, Q8_0 3, the Q4_1 file 3, Q4_K_M 1: 10 / 12 is beyond its Q8_0 too
+LLAMA_CPP_ANSWERS = {"f32": 12, "Q8_0": 3, "Q4_1 file": 3, "Q4_K_M": 1}
+
+
+def test_answers_at_least_llama_cpps(measured):
+    """Each quantized variant keeps at least as many answers as llama.cpp at its kind of bits:
+    int8 and gguf as its Q8_0 / the file itself, int4 as its Q4_K_M."""
+    assert measured["int8"][1] >= LLAMA_CPP_ANSWERS["Q8_0"]
+    assert measured["gguf"][1] >= LLAMA_CPP_ANSWERS["Q4_1 file"]
+    assert measured["int4"][1] >= LLAMA_CPP_ANSWERS["Q4_K_M"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="target: int8 >= 10/12 answers (issue 57); not reached (6; llama.cpp's Q8_0: 3)",
+)
 def test_int8_answers_target(measured):
     assert measured["int8"][0] <= 1.005 and measured["int8"][1] >= 10
 
