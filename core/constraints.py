@@ -1,11 +1,14 @@
-"""What the search applies to a step's logits before choosing: end tokens, bans, suppressed
-sequences, no_repeat_ngram_size, repetition penalty, min / forced end (_Penalties), forced
-prefixes and alternatives (_Forcing), and the sampling filters (temperature, top-k, top-p).
-Numpy only; the options are prepared for the model (core.options.prepare_options)."""
+"""What the search applies to a step's logits before choosing: a list of processors, applied in
+order (`Processors`; mlx-lm's logits_processors): repetition penalty, end tokens banned before
+min_new_tokens, banned ids, no_repeat_ngram_size, suppressed sequences, the caller's own (a
+grammar: runtime/structured.py), the forced end token; forced prefixes and alternatives
+(_Forcing), and the sampling filters (temperature, top-k, top-p). A new rule is a new
+LogitsProcessor. Numpy only; the options are prepared for the model
+(core.options.prepare_options)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -42,13 +45,177 @@ def _check_model(logits: np.ndarray) -> None:
         raise FloatingPointError("the model produced NaN (or +inf) logits")
 
 
-class _Penalties:
-    """Per-row logit adjustments shared by all strategies: repetition penalty, min length,
-    banned ids, banned sequences (suppress_sequences) and no_repeat_ngram_size.
+class LogitsProcessor:
+    """One rule of what a step's logits go through before the choice (mlx-lm's
+    logits_processors): the decode loop applies a list of them in order (`Processors`), so a
+    new rule is a new class. A processor holds per-row state for the loop's rows: `observe`
+    sees each step's tokens (chosen or forced), `select` follows the loop's rows as
+    `Stepper.select` does (keep / reorder / repeat)."""
 
-    The history a row is checked against (n-grams, sequences) is its context (an LM's prompt)
-    followed by every token fed since, a forced prefix included.
-    """
+    bans_only = False  # only ever bans fixed ids (the batch-1 greedy path may run it)
+
+    def active(self, n_generated: np.ndarray | int) -> bool:
+        """Whether `apply` changes anything at this step (none active: the logits as they are)."""
+        return True
+
+    def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
+        """(N, V) float32 logits the loop owns (write in place, or return a new array);
+        `n_generated`: tokens chosen so far per row (or one count for all)."""
+        raise NotImplementedError
+
+    def observe(self, tokens: np.ndarray) -> None:
+        """The (N,) tokens fed after this step."""
+
+    def select(self, rows: np.ndarray) -> None:
+        """Row i of the new state is row rows[i] of the old."""
+
+
+class RepetitionPenalty(LogitsProcessor):
+    """Tokens already in a row's context or output: logit / p if positive, * p if not."""
+
+    def __init__(self, penalty: float, vocab: int, context: list[list[int]] | None, n: int):
+        self.penalty = penalty
+        self.seen = np.zeros((n, vocab), dtype=bool)
+        for i, toks in enumerate(context or []):
+            self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
+
+    def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
+        p, hit = self.penalty, self.seen  # a new array
+        logits = np.where(hit, np.where(logits > 0, logits / p, logits * p), logits)
+        return logits.astype(np.float32, copy=False)
+
+    def observe(self, tokens: np.ndarray) -> None:
+        self.seen[np.arange(len(tokens)), tokens] = True
+
+    def select(self, rows: np.ndarray) -> None:
+        self.seen = self.seen[rows]
+
+
+class EndBan(LogitsProcessor):
+    """The end tokens, banned before min_new_tokens (ignore_eos: always)."""
+
+    bans_only = True
+
+    def __init__(self, ends: np.ndarray, min_new_tokens: int, ignore_eos: bool):
+        self.ends, self.min_new, self.always = ends, min_new_tokens, ignore_eos
+
+    def rows(self, n_generated: np.ndarray | int, n: int) -> np.ndarray | None:
+        """The rows whose end tokens are banned at this step (None: all; empty: none)."""
+        if self.always:
+            return None
+        if self.min_new <= 0:
+            return np.zeros(0, dtype=np.int64)
+        below = np.asarray(n_generated) < self.min_new
+        if below.all():
+            return None
+        return np.flatnonzero(np.broadcast_to(below, (n,)))
+
+    def active(self, n_generated: np.ndarray | int) -> bool:
+        return self.always or (self.min_new > 0 and bool(np.any(np.asarray(n_generated)
+                                                                < self.min_new)))  # fmt: skip
+
+    def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
+        rows = self.rows(n_generated, len(logits))
+        if rows is None:
+            logits[:, self.ends] = -np.inf
+        elif len(rows):
+            logits[np.ix_(rows, self.ends)] = -np.inf
+        return logits
+
+
+class TokenBan(LogitsProcessor):
+    """Ids never chosen (the runtime's padding and BOS, one-token suppress_sequences)."""
+
+    bans_only = True
+
+    def __init__(self, banned: list[int]):
+        self.banned = banned
+
+    def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
+        logits[:, self.banned] = -np.inf
+        return logits
+
+
+class _HistoryBan(LogitsProcessor):
+    """A rule over each row's history: its context (an LM's prompt) followed by every token fed
+    since, a forced prefix included; `bans(h)` are the tokens it rules out after history h."""
+
+    def __init__(self, context: list[list[int]] | None, n: int):
+        self.history = [list(c) for c in context] if context else [[] for _ in range(n)]
+
+    def bans(self, h: list[int]) -> list[int]:
+        raise NotImplementedError
+
+    def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
+        for i, h in enumerate(self.history):
+            bans = self.bans(h)
+            if bans:
+                logits[i, bans] = -np.inf
+        return logits
+
+    def observe(self, tokens: np.ndarray) -> None:
+        for h, tok in zip(self.history, tokens.tolist()):
+            h.append(tok)
+
+    def select(self, rows: np.ndarray) -> None:
+        self.history = [list(self.history[r]) for r in rows.tolist()]
+
+
+class NoRepeatNgram(_HistoryBan):
+    """no_repeat_ngram_size: the tokens that would complete an n-gram of the history again."""
+
+    def __init__(self, size: int, context: list[list[int]] | None, n: int):
+        super().__init__(context, n)
+        self.size = size
+
+    def bans(self, h: list[int]) -> list[int]:
+        n = self.size
+        if n == 1:
+            return list(h)
+        if len(h) < n:
+            return []
+        key = h[len(h) - n + 1 :]
+        return [h[i + n - 1] for i in range(len(h) - n + 1) if h[i : i + n - 1] == key]
+
+
+class SuppressSequences(_HistoryBan):
+    """suppress_sequences of two tokens or more: the last token of one whose others end the
+    history."""
+
+    def __init__(self, sequences: list[tuple[int, ...]], context: list[list[int]] | None, n: int):
+        super().__init__(context, n)
+        self.sequences = sequences
+
+    def bans(self, h: list[int]) -> list[int]:
+        out = []
+        for seq in self.sequences:
+            m = len(seq) - 1
+            if len(h) >= m and tuple(h[len(h) - m :]) == seq[:-1]:
+                out.append(seq[-1])
+        return out
+
+
+class ForcedEnd(LogitsProcessor):
+    """forced_end_token: the only token at the last position max_new_tokens allows."""
+
+    def __init__(self, token: int, max_new_tokens: int):
+        self.token, self.last = token, max_new_tokens - 1
+
+    def apply(self, logits: np.ndarray, n_generated: np.ndarray | int) -> np.ndarray:
+        last = np.broadcast_to(np.asarray(n_generated) >= self.last, (len(logits),))
+        if last.any():
+            logits[last] = -np.inf
+            logits[last, self.token] = 0.0
+        return logits
+
+
+ProcessorFactory = Callable[[int], LogitsProcessor]
+"""A rule the caller adds (PreparedOptions.logits_processors): a processor for n fresh rows."""
+
+
+class Processors:
+    """The rules of one decoding, in the order they apply: repetition penalty, end bans, token
+    bans, n-grams, suppressed sequences, the caller's own (a grammar), the forced end token."""
 
     def __init__(
         self,
@@ -59,100 +226,60 @@ class _Penalties:
         n: int,
         banned: Sequence[int] = (),
     ):
-        self.opts = opts
-        self.ends = np.atleast_1d(np.asarray(ends, dtype=np.int64))
+        ends = np.atleast_1d(np.asarray(ends, dtype=np.int64))
         sequences = suppressed(opts)  # ids inside the vocabulary (prepare_options)
-        ends_set = set(self.ends.tolist())
+        ends_set = set(ends.tolist())
         never = {int(t) for t in banned if 0 <= t < vocab and t not in ends_set}
         self.banned = sorted(never | {s[0] for s in sequences if len(s) == 1})
-        self.sequences = [s for s in sequences if len(s) > 1]
-        self.ngram = opts.no_repeat_ngram_size
-        self.history: list[list[int]] | None = None
-        if self.ngram > 0 or self.sequences:
-            self.history = [list(c) for c in context] if context else [[] for _ in range(n)]
-        self.seen = None
+        longer = [s for s in sequences if len(s) > 1]
+        items: list[LogitsProcessor] = []
         if opts.repetition_penalty != 1.0:
-            self.seen = np.zeros((n, vocab), dtype=bool)
-            for i, toks in enumerate(context or []):
-                self.seen[i, [t for t in toks if 0 <= t < vocab]] = True
-        self.forced = opts.forced_end_token  # inside the vocabulary (prepare_options)
-        # nothing but (maybe) the end tokens to ban: the common case, checked once here
-        self.plain = (
-            self.seen is None and not self.banned and self.history is None and self.forced is None
-        )
+            items.append(RepetitionPenalty(opts.repetition_penalty, vocab, context, n))
+        if opts.ignore_eos or opts.min_new_tokens > 0:
+            items.append(EndBan(ends, opts.min_new_tokens, opts.ignore_eos))
+        if self.banned:
+            items.append(TokenBan(self.banned))
+        if opts.no_repeat_ngram_size > 0:
+            items.append(NoRepeatNgram(opts.no_repeat_ngram_size, context, n))
+        if longer:
+            items.append(SuppressSequences(longer, context, n))
+        added = getattr(opts, "logits_processors", ())
+        if not added and opts.constraint() is not None:
+            raise ValueError(
+                "structured output (response_format, json_schema, regex, grammar) needs the "
+                "runtime's Model.prepare: the token masks come from the package's tokenizer"
+            )
+        items.extend(make(n) for make in added)
+        if opts.forced_end_token is not None:  # inside the vocabulary (prepare_options)
+            items.append(ForcedEnd(opts.forced_end_token, _new_tokens(opts)))
+        self.items = items
         # nothing to apply at any step but bans (`banned`, and the end tokens while
         # min_new_tokens or ignore_eos say so): _greedy_one's case
-        self.bans_only = self.seen is None and self.history is None and self.forced is None
+        self.bans_only = all(p.bans_only for p in items)
 
     def apply(
         self, logits: np.ndarray, n_generated: np.ndarray | int, in_place: bool = False
     ) -> np.ndarray:
-        """`n_generated`: tokens chosen so far per row (or one count for all): before
-        min_new_tokens, the end tokens are banned. in_place: ban in `logits` itself (float32
-        logits that nothing reads afterwards) instead of a copy (the copy per step was 64 of
-        ~240 ms of Python per 1,000 sentences translated at batch 32)."""
-        ban_all, ban_rows = self.opts.ignore_eos, None
-        if not ban_all and self.opts.min_new_tokens > 0:
-            below = np.asarray(n_generated) < self.opts.min_new_tokens
-            if below.all():
-                ban_all = True
-            elif below.any():
-                ban_rows = np.flatnonzero(np.broadcast_to(below, (len(logits),)))
-        if self.plain and not ban_all and ban_rows is None:
+        """Every processor active at this step, in order. in_place: write into `logits` itself
+        (float32 logits that nothing reads afterwards) instead of a copy (the copy per step was
+        64 of ~240 ms of Python per 1,000 sentences translated at batch 32); none active: the
+        logits as they are."""
+        active = [p for p in self.items if p.active(n_generated)]
+        if not active:
             return logits
-        if self.seen is not None:  # a new array
-            p = self.opts.repetition_penalty
-            hit = self.seen
-            logits = np.where(hit, np.where(logits > 0, logits / p, logits * p), logits)
-            logits = logits.astype(np.float32, copy=False)
-        else:
+        if not isinstance(active[0], RepetitionPenalty):  # that one makes a new array
             logits = logits.astype(np.float32, copy=not in_place)
-        if ban_all:
-            logits[:, self.ends] = -np.inf
-        elif ban_rows is not None:
-            logits[np.ix_(ban_rows, self.ends)] = -np.inf
-        if self.banned:
-            logits[:, self.banned] = -np.inf
-        if self.history is not None:
-            for i, h in enumerate(self.history):
-                bans = self.history_bans(h)
-                if bans:
-                    logits[i, bans] = -np.inf
-        if self.forced is not None:  # the last position max_new_tokens allows: forced
-            last = np.broadcast_to(np.asarray(n_generated) >= _new_tokens(self.opts) - 1,
-                                   (len(logits),))  # fmt: skip
-            if last.any():
-                logits[last] = -np.inf
-                logits[last, self.forced] = 0.0
+        for p in active:
+            logits = p.apply(logits, n_generated)
         return logits
 
-    def history_bans(self, h: list[int]) -> list[int]:
-        """Tokens that would complete an n-gram of `h` again, or a suppressed sequence."""
-        out: list[int] = []
-        n = self.ngram
-        if n == 1:
-            out.extend(h)
-        elif n > 1 and len(h) >= n:
-            key = h[len(h) - n + 1 :]
-            out.extend(h[i + n - 1] for i in range(len(h) - n + 1) if h[i : i + n - 1] == key)
-        for seq in self.sequences:
-            m = len(seq) - 1
-            if len(h) >= m and tuple(h[len(h) - m :]) == seq[:-1]:
-                out.append(seq[-1])
-        return out
-
     def observe(self, tokens: np.ndarray) -> None:
-        if self.seen is not None:
-            self.seen[np.arange(len(tokens)), tokens] = True
-        if self.history is not None:
-            for h, tok in zip(self.history, tokens.tolist()):
-                h.append(tok)
+        for p in self.items:
+            p.observe(tokens)
 
     def select(self, rows: np.ndarray) -> None:
-        if self.seen is not None:
-            self.seen = self.seen[rows]
-        if self.history is not None:
-            self.history = [list(self.history[r]) for r in rows.tolist()]
+        for p in self.items:
+            p.select(rows)
 
 
 class _Forcing:

@@ -35,10 +35,10 @@ import numpy as np
 
 from .constraints import (
     ALL_BANNED,
+    Processors,
     _check_finite,
     _check_model,
     _Forcing,
-    _Penalties,
     _ranked,
     end_ids,
     filter_logits,
@@ -155,7 +155,7 @@ def _greedy_one(
     for t in range(max_new):
         bans = with_ends if t < held else banned
         tok = int(logits[0].argmax())
-        if tok in bans:  # as _Penalties.apply would: banned ids out, argmax again
+        if tok in bans:  # as Processors.apply would: banned ids out, argmax again
             logits[0, bans] = -np.inf
             tok = int(logits[0].argmax())
         if not math.isfinite(logits[0, tok]):  # argmax picks a NaN first; -inf: all banned
@@ -195,13 +195,13 @@ def steps(
     n, vocab = first_logits.shape
     opts = as_prepared(opts, vocab)
     ends = end_ids(opts, inputs.eos_id)
-    penalties = _Penalties(opts, ends, vocab, inputs.context, n, inputs.banned)
+    rules = Processors(opts, ends, vocab, inputs.context, n, inputs.banned)
     forcing = _Forcing(inputs.prefixes, inputs.ranks, n)
     stop = inputs.stop
     max_new = _new_tokens(opts)
-    if n == 1 and not (opts.sampling or scores or forcing.on or stop) and penalties.bans_only:
+    if n == 1 and not (opts.sampling or scores or forcing.on or stop) and rules.bans_only:
         held = max_new if opts.ignore_eos else opts.min_new_tokens  # steps with ends banned
-        yield from _greedy_one(first_logits, stepper, max_new, ends, penalties.banned, held)
+        yield from _greedy_one(first_logits, stepper, max_new, ends, rules.banned, held)
         return
     rng = np.random.default_rng(opts.seed)
     limit = forcing.lengths + max_new
@@ -211,13 +211,13 @@ def steps(
     single_end = int(ends[0]) if len(ends) == 1 else None
     for t in range(int(limit.max())):
         if not forcing.on:
-            adjusted = penalties.apply(logits, t, in_place=True)  # logits: read only here
+            adjusted = rules.apply(logits, t, in_place=True)  # logits: read only here
             forced = None  # no row is forced
             tokens = _choose(adjusted, opts, rng, raw=logits).astype(np.int64, copy=False)
         else:
             _check_finite(logits)
             prefix_len = forcing.lengths[active]
-            adjusted = penalties.apply(logits, t - prefix_len)
+            adjusted = rules.apply(logits, t - prefix_len)
             forced = t < prefix_len
             tokens = np.zeros(len(active), dtype=np.int64)
             free = ~forced
@@ -256,9 +256,9 @@ def steps(
         if n_alive < len(alive):
             keep = np.flatnonzero(alive)
             stepper.select(keep)
-            penalties.select(keep)
+            rules.select(keep)
             active, tokens = active[keep], tokens[keep]
-        penalties.observe(tokens)
+        rules.observe(tokens)
         logits = stepper.step(tokens)
 
 
@@ -326,7 +326,7 @@ def beam_search(
 
     _check_finite(first_logits)
     rep_context = [c for c in (context or [[]] * B) for _ in range(K)]
-    penalties = _Penalties(opts, ends, vocab, rep_context, B * K, inputs.banned)
+    rules = Processors(opts, ends, vocab, rep_context, B * K, inputs.banned)
     rows = np.repeat(np.arange(B), K)
     stepper.select(rows)
     logits = np.repeat(first_logits, K, axis=0)
@@ -338,7 +338,7 @@ def beam_search(
     done = np.zeros(B, dtype=bool)
 
     for t in range(int(limit.max())):
-        logp = log_softmax(penalties.apply(logits, t - prefix_rows))
+        logp = log_softmax(rules.apply(logits, t - prefix_rows))
         forced = t < forcing.lengths  # (B,)
         if forcing.on:  # a forced row: one candidate, from its live first beam
             branch = forcing.branch(t, np.arange(B))
@@ -430,8 +430,8 @@ def beam_search(
         if done.all():
             break
         stepper.select(rows)
-        penalties.select(rows)
-        penalties.observe(tokens)
+        rules.select(rows)
+        rules.observe(tokens)
         logits = stepper.step(tokens)
         _check_finite(logits)
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +102,26 @@ class GenerationOptions:
         "(needs --max-new-tokens)", commands=(LM,),
     )  # fmt: skip
 
+    # structured output (runtime/structured.py: llguidance computes each step's token mask)
+    response_format: dict | None = doc(
+        None, "the OpenAI API's response_format: {\"type\": \"json_object\"}, or {\"type\": "
+        "\"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}} (text: none)",
+        commands=(LM,),
+    )  # fmt: skip
+    json_schema: str | dict | None = doc(
+        None, "the output is JSON valid under this JSON schema (the API: a dict or its JSON "
+        "text; the CLI: a FILE holding it)", metavar="FILE", commands=(LM,),
+    )  # fmt: skip
+    regex: str | None = doc(
+        None, "the output matches this regular expression, whole (Rust regex syntax)",
+        metavar="REGEX", commands=(LM,),
+    )  # fmt: skip
+    grammar: str | None = doc(
+        None, "the output is a sentence of this context-free grammar: Lark (llguidance's) or "
+        "GBNF (llama.cpp's; root ::= ...) text (the CLI: a FILE holding it)", metavar="FILE",
+        commands=(LM,),
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         """One validation for the API and the CLI: every problem is a ValueError."""
 
@@ -186,6 +208,18 @@ class GenerationOptions:
         self.suppress_sequences = _sequences(self.suppress_sequences, bad)
         self.end_token = _items(self.end_token, "end_token", (str, int), bad)
         self.stop = _items(self.stop, "stop", (str,), bad)
+        self.json_schema, self._schema = _constraint_fields(self, bad)
+
+    def constraint(self) -> tuple[str, str] | None:
+        """The structured-output constraint asked for, as (kind, text): ("json_schema", the
+        schema as JSON text; "{}" for any JSON object), ("regex", ...) or ("grammar", ...)."""
+        if self._schema is not None:
+            return "json_schema", json.dumps(self._schema)
+        if self.regex is not None:
+            return "regex", self.regex
+        if self.grammar is not None:
+            return "grammar", self.grammar
+        return None
 
 
 @dataclass
@@ -193,7 +227,11 @@ class PreparedOptions(GenerationOptions):
     """GenerationOptions checked against one model for one request (prepare_options):
     suppress_sequences and end_token hold token ids only, every id is inside the vocabulary,
     and max_new_tokens is a number that fits the model's positions. The search runs these; a
-    plain GenerationOptions handed to it is prepared there, against the logits' vocabulary."""
+    plain GenerationOptions handed to it is prepared there, against the logits' vocabulary.
+    `logits_processors`: the runtime's own rules, each a factory of a core.constraints
+    LogitsProcessor for n rows (the structured-output constraint's token masks)."""
+
+    logits_processors: tuple = ()
 
 
 def _as_prepared(opts: GenerationOptions, **changes) -> PreparedOptions:
@@ -276,6 +314,49 @@ def _new_tokens(opts: GenerationOptions) -> int:
     if opts.max_new_tokens is None:
         raise ValueError("max_new_tokens=None: fit the options to the model first (fit_new_tokens)")
     return opts.max_new_tokens
+
+
+def _constraint_fields(opts: GenerationOptions, bad) -> tuple[dict | None, dict | bool | None]:
+    """Checks response_format, json_schema, regex and grammar (at most one constraint); returns
+    (json_schema parsed, the JSON schema they ask for: response_format's or json_schema)."""
+    schema: Any = opts.json_schema
+    fmt: Any = opts.response_format
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            bad(f"json_schema is not JSON: {e}")
+    parsed = schema
+    if schema is not None and not isinstance(schema, dict):
+        bad(f"json_schema={schema!r} must be a JSON schema: an object, not {type(schema).__name__}")
+    if fmt is not None:
+        if not isinstance(fmt, dict):
+            bad(f"response_format={fmt!r} must be an object (got {type(fmt).__name__})")
+        kind = fmt.get("type")
+        if kind == "json_object":
+            from_fmt: Any = {"type": "object"}
+        elif kind == "json_schema":
+            spec: Any = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema"), (dict, bool)):
+                bad('response_format json_schema needs {"json_schema": {"name": ..., "schema": '
+                    "{...}}} with the schema an object")  # fmt: skip
+            from_fmt = spec["schema"]
+        elif kind == "text":
+            from_fmt = None
+        else:
+            bad(f"response_format type {kind!r} must be text, json_object or json_schema")
+        if from_fmt is not None and schema is not None:
+            bad("response_format and json_schema cannot be combined: give one schema")
+        schema = from_fmt if from_fmt is not None else schema
+    for name in ("regex", "grammar"):
+        value = getattr(opts, name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            bad(f"{name}={value!r} must be a non-empty string")
+    asked = [n for n, v in (("a JSON schema", schema), ("regex", opts.regex),
+                            ("grammar", opts.grammar)) if v is not None]  # fmt: skip
+    if len(asked) > 1:
+        bad(f"{' and '.join(asked)} cannot be combined: give one constraint")
+    return parsed, schema
 
 
 def _items(value: object, name: str, kinds: tuple[type, ...], bad) -> tuple:

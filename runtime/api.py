@@ -69,6 +69,7 @@ from .text import (
     stop_test,
     text_problem,
 )
+from .tools import parse_tool_calls
 
 __all__ = [
     "Translator",
@@ -795,24 +796,29 @@ class Generator(_Loaded):
 
     def chat_prompt(
         self, messages: list[dict], add_generation_prompt: bool = True,
-        chat_template_kwargs: dict | None = None,
+        chat_template_kwargs: dict | None = None, tools: list[dict] | None = None,
     ) -> str:  # fmt: skip
         """The prompt text of a conversation: the model's chat template rendered as
-        transformers' apply_chat_template(messages, add_generation_prompt=True) renders it.
-        chat_template_kwargs: further template variables (enable_thinking=False, say)."""
+        transformers' apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+        renders it. chat_template_kwargs: further template variables (enable_thinking=False,
+        say); tools: the OpenAI API's [{"type": "function", "function": {...}}] list."""
         template = self.model.chat_template
         if template is None:
             raise ChatTemplateError(
                 f"model package {self.model.package.path.name} has no chat template (its "
                 "tokenizer_config.json has no chat_template): use generate() with a prompt"
             )
-        return template.render(messages, add_generation_prompt, **(chat_template_kwargs or {}))
+        kwargs = chat_template_kwargs or {}
+        return template.render(messages, add_generation_prompt, tools, **kwargs)
 
-    def chat_ids(self, messages: list[dict], chat_template_kwargs: dict | None = None) -> list[int]:
+    def chat_ids(
+        self, messages: list[dict], chat_template_kwargs: dict | None = None,
+        tools: list[dict] | None = None,
+    ) -> list[int]:  # fmt: skip
         """The prompt ids of a conversation (the template writes the special tokens: none are
         added, as transformers' apply_chat_template(tokenize=True)). ValueError when they do
         not fit the model's positions."""
-        ids = self.model.encode(self.chat_prompt(messages, True, chat_template_kwargs))
+        ids = self.model.encode(self.chat_prompt(messages, True, chat_template_kwargs, tools))
         if not 0 < len(ids) <= self.max_len:
             raise ValueError(
                 f"the conversation's prompt is {len(ids)} tokens; the model takes 1 .. "
@@ -821,22 +827,40 @@ class Generator(_Loaded):
         return ids
 
     def chat(
-        self, messages: list[dict], chat_template_kwargs: dict | None = None, **options
-    ) -> str:
+        self, messages: list[dict], chat_template_kwargs: dict | None = None,
+        tools: list[dict] | None = None, **options,
+    ) -> str:  # fmt: skip
         """The assistant's reply to a conversation ([{"role": "system" | "user" | "assistant",
         "content": ...}, ...]): generated after the chat template's prompt, ending at any of the
         model's EOS ids (generation_config.json's list: the end-of-turn token of instruct
-        models) or a `stop` string. Options: GenerationOptions, as generate()."""
+        models) or a `stop` string. tools: passed to the chat template (chat_message parses
+        the calls of the reply). Options: GenerationOptions, as generate()."""
         opts = self.model.options(**options)
-        ids = [self.chat_ids(messages, chat_template_kwargs)]
+        ids = [self.chat_ids(messages, chat_template_kwargs, tools)]
         return self._results_of(ids, opts, _needs_results(opts))[0].text
 
+    def chat_message(
+        self, messages: list[dict], chat_template_kwargs: dict | None = None,
+        tools: list[dict] | None = None, **options,
+    ) -> dict:  # fmt: skip
+        """chat()'s reply as the OpenAI API's assistant message: {"role": "assistant",
+        "content": the text without its tool calls, "tool_calls": [...] (when it made any)},
+        the calls parsed as the Qwen2.5 / Qwen3 and Llama 3.x templates write them
+        (runtime/tools.py)."""
+        content, calls = parse_tool_calls(self.chat(messages, chat_template_kwargs, tools,
+                                                    **options))  # fmt: skip
+        message: dict = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [c.to_openai(i) for i, c in enumerate(calls)]
+        return message
+
     def chat_stream(
-        self, messages: list[dict], chat_template_kwargs: dict | None = None, **options
-    ) -> Iterator[str]:
+        self, messages: list[dict], chat_template_kwargs: dict | None = None,
+        tools: list[dict] | None = None, **options,
+    ) -> Iterator[str]:  # fmt: skip
         """chat() as text pieces while they are produced (stream())."""
         opts = self.model.options(**options)
-        yield from self._stream_of([self.chat_ids(messages, chat_template_kwargs)], opts)
+        yield from self._stream_of([self.chat_ids(messages, chat_template_kwargs, tools)], opts)
 
     # ---- scoring -------------------------------------------------------------------------
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import logging
 import math
 import os
 import stat
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO
 
 from ..core.decoding import GenerationOptions
@@ -170,7 +172,7 @@ def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
 def decoding_options(args: argparse.Namespace) -> dict:
     """The GenerationOptions fields the command line sets (the package's generation_config.json
     and GenerationOptions' defaults give the others), checked before the model loads."""
-    options = given(args, GenerationOptions)
+    options = read_constraint_files(given(args, GenerationOptions))
     n_best = getattr(args, "n_best", 1)
     several = options.get("sampling") or options.get("return_alternatives")
     if n_best < 1:
@@ -188,6 +190,25 @@ def decoding_options(args: argparse.Namespace) -> dict:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} must be >= 1")
     GenerationOptions(**options)  # invalid values fail before the model loads
+    return options
+
+
+def read_constraint_files(options: dict) -> dict:
+    """--json-schema FILE and --grammar FILE: the options take the files' texts."""
+    for name in ("json_schema", "grammar"):
+        path = options.get(name)
+        if path is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        try:
+            options[name] = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"{flag} {path}: cannot read it ({e})") from None
+        if name == "json_schema":
+            try:
+                options[name] = json.loads(options[name])
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{flag} {path}: not JSON ({e})") from None
     return options
 
 

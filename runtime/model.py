@@ -21,6 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..core.config import ModelConfig
+from ..core.constraints import end_ids
 from ..core.format import (
     ATTENTION_HEAD_SIZE_KEY,
     GENERATION_CONFIG_FILE,
@@ -38,6 +39,7 @@ from .chat import ChatTemplate, ChatTemplateError, chat_template_of
 from .package import Package, load_package
 from .session import PROVIDERS, SessionSettings
 from .steppers import Graph
+from .structured import Grammars, compile_constraint
 from .tokenizer import check_probe, guarded, load_tokenizer
 
 T = TypeVar("T")
@@ -218,6 +220,8 @@ class Model:
         self.source_vocab = self.config.model.source_vocab
         self.source_pad_id = self.config.model.source_pad_id
         self.tokenizer = load_tokenizer(pkg.path / TOKENIZER_FILE, vocab, where)
+        self._grammars: Grammars | None = None  # structured output's (built when first asked)
+        self._grammars_lock = threading.Lock()
         # the sources' own tokenizer (source_tokenizer.json: converted Marian models), or the same
         source = pkg.source_tokenizer
         own = source.name != TOKENIZER_FILE
@@ -331,7 +335,20 @@ class Model:
         if cut and warn is not None:
             assert asked is not None and prepared.max_new_tokens is not None
             warn.cut(asked, prepared.max_new_tokens, self.max_len, sliding_hint)
+        if prepared.constraint() is not None:  # a JSON schema, regex or grammar: checked now
+            ends = end_ids(prepared, self.eos_id)
+            factory = compile_constraint(prepared, self.grammars(), ends)
+            prepared.logits_processors = (factory,)
         return prepared
+
+    def grammars(self) -> Grammars:
+        """The tokenizer as llguidance reads it (built on the first constrained request)."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                tok = self.tokenizer
+                special = [i for i, t in tok.get_added_tokens_decoder().items() if t.special]
+                self._grammars = Grammars(tok.to_str(), tok.get_vocab_size(), self.eos_id, special)
+            return self._grammars
 
 
 class WarnOnce:

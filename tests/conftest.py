@@ -7,6 +7,7 @@ PyTorch asks for it with `torch_module()`, a test module with `pytest.importorsk
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -190,3 +191,21 @@ def smollm2(tmp_path_factory):
                              variants="int8,int8-dynamic,int4,gguf", verbose=False)  # fmt: skip
     model, tokenizer = transformers_model(gguf)
     return SimpleNamespace(gguf=gguf, package=package, model=model, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="session")
+def byte_lm(tmp_path_factory):
+    """A random-weight Llama (2 small layers) converted from transformers with a real
+    byte-level BPE tokenizer.json (every byte is a token): structured output's test model."""
+    torch_module()
+    pytest.importorskip("transformers", reason="needs transformers (the test extra)")
+    from edgeformer.export import export_package
+    from edgeformer.models.hf import convert_hf
+
+    root = tmp_path_factory.mktemp("byte-lm")
+    tiny_llama(root / "hf", vocab=280, bos=0, eos=0)
+    byte_level_tokenizer(root / "hf" / "tokenizer.json")
+    template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    (root / "hf" / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    ckpt = convert_hf(root / "hf", root / "ckpt")
+    return export_package(ckpt, root / "pkg", verbose=False)

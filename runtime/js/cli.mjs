@@ -67,6 +67,7 @@ function parse(argv) {
       if (kind === "bool") opts.gen[name] = !a.startsWith("--no-");
       else if (kind === "list") (opts.gen[name] ??= []).push(value(++i, a));
       else if (kind.startsWith("int")) opts.gen[name] = int(value(++i, a), a);
+      else if (kind.startsWith("str") || kind.startsWith("dict")) opts.gen[name] = value(++i, a);
       else opts.gen[name] = real(value(++i, a), a);
     } else if (a.startsWith("--")) throw new RangeError(`unknown option ${a}\n${HELP}`);
     else if (opts.package === undefined) opts.package = a;

@@ -96,10 +96,20 @@ export default {
    "hf": "forced_eos_token_id",
    "kind": "int?"
   },
+  "grammar": {
+   "default": null,
+   "hf": null,
+   "kind": "str?"
+  },
   "ignore_eos": {
    "default": false,
    "hf": null,
    "kind": "bool"
+  },
+  "json_schema": {
+   "default": null,
+   "hf": null,
+   "kind": "str?"
   },
   "length_penalty": {
    "default": 1.0,
@@ -136,10 +146,20 @@ export default {
    "hf": "num_return_sequences",
    "kind": "int"
   },
+  "regex": {
+   "default": null,
+   "hf": null,
+   "kind": "str?"
+  },
   "repetition_penalty": {
    "default": 1.0,
    "hf": "repetition_penalty",
    "kind": "float"
+  },
+  "response_format": {
+   "default": null,
+   "hf": null,
+   "kind": "dict?"
   },
   "return_alternatives": {
    "default": false,

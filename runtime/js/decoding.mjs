@@ -70,6 +70,10 @@ function validate(o) {
   }
   if (o.sliding_window) bad("sliding_window is not supported by the JavaScript runtime");
   if (o.return_alternatives) bad("return_alternatives is not supported by the JavaScript runtime");
+  for (const n of ["response_format", "json_schema", "regex", "grammar"]) {
+    // structured output's engine, llguidance, has no wasm / JS build (docs/structured.md)
+    if (o[n] !== null && o[n] !== undefined) bad(`${n} (structured output) is not supported by the JavaScript runtime`);
+  }
   if (o.seed !== null && o.seed < 0) bad(`seed=${o.seed} must be >= 0 (or None)`);
   if (!(o.temperature > 0)) bad(`temperature=${o.temperature} must be > 0`);
   if (o.temperature < B_.min_temperature) bad(`temperature=${o.temperature} must be >= ${B_.min_temperature}`);

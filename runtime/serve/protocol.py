@@ -5,6 +5,8 @@ max_new_tokens, temperature 0 -> greedy, ...); GenerationOptions validates them,
 Model.prepare checks them against the model, once per request, as for every other caller.
 What is the API's own (its ranges of temperature, n, logprobs; the fields it has and this
 server does not support) is checked here, each with one message naming the field.
+response_format (json_object, json_schema) is GenerationOptions' own option: the output follows
+it by runtime/structured.py's token masks.
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ IGNORED = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "
 UNSUPPORTED_UNLESS = {
     "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None, "best_of": 1,
     "echo": False, "suffix": None, "tools": None, "tool_choice": None, "functions": None,
-    "function_call": None, "response_format": None, "modalities": None, "audio": None,
+    "function_call": None, "modalities": None, "audio": None,
     "prediction": None, "reasoning_effort": None, "web_search_options": None,
 }  # fmt: skip
-COMMON = {"model", "stream", "n", "temperature", *RENAMED}
+COMMON = {"model", "stream", "n", "temperature", "response_format", *RENAMED}
 FIELDS = {
     "completion": COMMON | {"prompt", "logprobs"},
     "chat": COMMON | {"messages", "logprobs", "top_logprobs", "chat_template_kwargs"},
@@ -157,12 +159,17 @@ def decoding_fields(body: Mapping, defaults: GenerationOptions) -> dict[str, Any
         out.pop("top_k", None)
     if body.get("num_beams") is not None:
         out["num_beams"] = body["num_beams"]
+    fmt = body.get("response_format")
+    if fmt is not None:  # json_object / json_schema: GenerationOptions checks it
+        out["response_format"] = fmt
     return out
 
 
 def options_error(e: ValueError) -> APIError:
     """GenerationOptions' ValueError, with the request's name of the option it names."""
     message = str(e)
+    if "response_format" in message or "JSON schema" in message:  # the structured output's
+        return bad(message, "response_format")
     for option, field in OPTION_FIELD.items():
         if f"{option}=" in message or message.startswith(f"{option}:"):
             return bad(f"{message} (the request's {field})", field)

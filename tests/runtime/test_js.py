@@ -233,6 +233,9 @@ def test_js_refuses_what_it_cannot_run(node, lm_package, tmp_path):
     assert run.returncode == 2 and "re-export" in run.stderr, run.stderr
     run = cli(node, str(lm_package), "--backend", "wasm", "--cache", "inplace", "--ids", "5,9")
     assert run.returncode == 2 and "refeed" in run.stderr, run.stderr
+    # structured output (llguidance: no wasm / JS build) is refused, not ignored
+    run = cli(node, str(lm_package), "--ids", "5,9", "--regex", "a+")
+    assert run.returncode == 2 and "regex (structured output) is not supported" in run.stderr
 
 
 def chromium() -> str:
