@@ -181,6 +181,8 @@ def perplexity(path: Path, windows: list[list[int]], threads: int) -> dict:
     import llama_cpp
     import numpy as np
 
+    from .measure import logits_nll
+
     longest = max(len(w) for w in windows)
     n_ctx = -(-longest // CTX_BLOCK) * CTX_BLOCK
     llm = llama_cpp.Llama(
@@ -192,10 +194,7 @@ def perplexity(path: Path, windows: list[list[int]], threads: int) -> dict:
         for w in windows:
             llm.reset()
             llm.eval(w)
-            logits = np.asarray(llm.scores[: len(w) - 1], dtype=np.float64)
-            top = logits.max(axis=1, keepdims=True)
-            logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-            nll += float((logz - logits[np.arange(len(w) - 1), w[1:]]).sum())
+            nll += logits_nll(llm.scores[: len(w) - 1], w[1:])
             count += len(w) - 1
     finally:
         llm.close()

@@ -186,6 +186,10 @@ def markdown(results: dict) -> str:
             for w, e in (s.get("errors") or {}).items():
                 lines.append(f"- {k} failed on {w}: {e}")
         lines.append("")
+    if results.get("hf"):  # --hf: the real model's perplexity beside speed
+        from .weights import markdown as hf_markdown
+
+        lines += hf_markdown(results)
     if results["shapes"]:  # the targets compare the workloads' stacks
         lines += _targets_md(results.get("targets") or {})
     if results.get("profile"):
@@ -526,7 +530,12 @@ def write(results: dict, out: Path, name: str = "latest") -> list[Path]:
     paths = [out / f"{name}.json", out / f"{name}.md"]
     paths[0].write_text(json.dumps(results, indent=1, default=str) + "\n")
     paths[1].write_text(markdown(results))
-    png = plot(results, out / f"{name}.png")
+    if results.get("hf"):  # perplexity against ms/token and size
+        from .weights import plot as hf_plot
+
+        png = hf_plot(results, out / f"{name}.png")
+    else:
+        png = plot(results, out / f"{name}.png")
     paths += [png] if png else []
     if results.get("frontier"):
         png = frontier_plot(results, out / f"{name}-frontier.png")
