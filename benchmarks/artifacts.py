@@ -267,6 +267,27 @@ def real_vocab(hf: dict) -> list[str]:
     return [specials.get(i, f"t{i}") for i in range(hf["vocab_size"])]
 
 
+def hf_folder(source: Path, work: Path) -> Path:
+    """The Hugging Face folder of an --hf input (benchmarks.weights): the folder itself, or a
+    GGUF file's weights dequantized (models.gguf.convert.write_hf_folder: config, float32
+    weights, transformers' conversion of its tokenizer) under `work`, once per file content."""
+    from .weights import check_source, digest, is_gguf
+
+    check_source(source)
+    if not is_gguf(source):
+        return source
+
+    def build(path: Path) -> None:
+        from edgeformer.models.gguf.convert import write_hf_folder
+        from edgeformer.models.gguf.reader import GGUFFile
+
+        path.mkdir(parents=True)
+        write_hf_folder(GGUFFile(source), path)
+
+    key = {"gguf": str(source), "digest": digest(source)}
+    return _cached(work / f"{source.stem}-{key['digest']}-hf", key, build)
+
+
 def real_model(shape: Shape, path: Path) -> None:
     """A real shape's random-weight model (seed SEED, float32, the architecture's own init) and a
     word-level tokenizer over its vocabulary with its special tokens at the config's ids."""

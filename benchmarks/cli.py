@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import files, llama_env, measure, optimum_env, report, targets, weights
+from . import artifacts, files, llama_env, measure, optimum_env, report, targets, weights
 from .child import (
     Worker,
     child_bandwidth,
@@ -229,7 +229,8 @@ def _shapes(settings: Settings, work: Path) -> list[tuple[Shape, Path | None, Pa
     from ..runtime.package import load_package
 
     if settings.hf:
-        return [(weights.hf_shape(settings.hf, work, settings.quick), None, None)]
+        source = Path(settings.hf).absolute()
+        return [(weights.hf_shape(source, artifacts.hf_folder(source, work)), None, None)]
 
     given: dict[str, tuple] = {}
     for i, p in enumerate(settings.packages):

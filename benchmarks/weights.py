@@ -44,29 +44,11 @@ def is_gguf(path: str | Path) -> bool:
     return Path(path).suffix.lower() == ".gguf"
 
 
-def _digest(path: Path) -> str:
+def digest(path: Path) -> str:
     """What identifies the input's content cheaply: each file's name, size and mtime."""
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
     stat = [(p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in files]
     return hashlib.sha256(json.dumps(stat).encode()).hexdigest()[:12]
-
-
-def hf_folder(source: Path, work: Path) -> Path:
-    """The Hugging Face folder of the input: the folder itself, or a GGUF file dequantized
-    (models.gguf.convert.write_hf_folder) under `work`, made once per file content."""
-    if not is_gguf(source):
-        return source
-    from .artifacts import _cached
-
-    def build(path: Path) -> None:
-        from ..models.gguf.convert import write_hf_folder
-        from ..models.gguf.reader import GGUFFile
-
-        path.mkdir(parents=True)
-        write_hf_folder(GGUFFile(source), path)
-
-    key = {"gguf": str(source), "digest": _digest(source)}
-    return _cached(work / f"{source.stem}-{key['digest']}-hf", key, build)
 
 
 def check_source(source: Path) -> None:
@@ -84,12 +66,11 @@ def check_source(source: Path) -> None:
         raise ValueError(f"--hf {source}: no weights (*.safetensors or *.bin)")
 
 
-def hf_shape(source: str | Path, work: Path, quick: bool = False) -> Shape:
-    """The Shape of the input's model, holding its own weights (`weights_of`) and the text
-    prompt every stack is given (`prompt_ids`)."""
+def hf_shape(source: str | Path, folder: Path) -> Shape:
+    """The Shape of the input's model (`folder`: its Hugging Face folder, artifacts.hf_folder),
+    holding its own weights (`weights_of`) and the text prompt every stack is given
+    (`prompt_rows`)."""
     source = Path(source).absolute()
-    check_source(source)
-    folder = hf_folder(source, work)
     fields = read_config_json(folder / "config.json")
     name = config_shape_name(source if is_gguf(source) else folder / "config.json", fields)
     shape = real_shape(name, fields, str(source))
@@ -100,7 +81,7 @@ def hf_shape(source: str | Path, work: Path, quick: bool = False) -> Shape:
     extra = {
         "_bench_weights": str(folder),
         "_bench_gguf": str(source) if is_gguf(source) else None,
-        "_bench_digest": _digest(source),
+        "_bench_digest": digest(source),
         "_bench_prompt": prompt,
     }
     return Shape(shape.name, shape.cfg, {**shape.hf, **extra})
@@ -209,158 +190,3 @@ def perplexity(runners: dict, windows: list[list[int]], info: dict, log=print) -
         p = s.get("perplexity") or {}
         if ref and "ppl" in p:
             p["ratio"] = p["ppl"] / ref
-
-
-# ---- the report: one row per stack, perplexity beside speed ---------------------------------
-
-
-def rows(results: dict) -> list[dict]:
-    """One row per stack of the --hf shape: perplexity (and ratio), W1 ms/token, decode,
-    TTFT at W1 and W4, size, RSS; sorted by perplexity, then speed."""
-    shape = results["hf"]["shape"]
-    work = {(r["stack"], r["workload"]): r for r in results["workloads"] if r["shape"] == shape}
-    out = []
-    for name, s in results["stacks"][shape].items():
-        if s.get("status") != "ok":
-            continue
-        w1, w4 = work.get((name, "W1")), work.get((name, "W4"))
-        m = s.get("memory") or {}
-        p = s.get("perplexity") or {}
-        out.append({
-            "stack": name,
-            "ppl": p.get("ppl"),
-            "ratio": p.get("ratio"),
-            "ppl_error": p.get("error"),
-            "ms_per_token": w1["ms_per_token"]["median"] if w1 else None,
-            "decode_ms": w1["decode_ms_per_token"]["median"] if w1 else None,
-            "ttft_ms": w1["ttft_ms"]["median"] if w1 else None,
-            "ttft_long_ms": w4["ttft_ms"]["median"] if w4 else None,
-            "agree": w1["agreement"] if w1 else None,
-            "size_mb": s.get("size_mb"),
-            "rss_mb": m.get("run_peak_rss_mb", m.get("peak_rss_mb", m.get("loaded_rss_mb"))),
-        })  # fmt: skip
-    return sorted(out, key=lambda r: (r["ppl"] is None, r["ppl"] or 0, r["ms_per_token"] or 0))
-
-
-def _f(x, nd: int) -> str:
-    if x is None:
-        return "—"
-    return f"{x:,.{nd}f}"
-
-
-def markdown(results: dict) -> list[str]:
-    hf = results["hf"]
-    w = hf["windows"]
-    long = next((r for r in results["workloads"] if r["workload"] == "W4"), None)
-    lines = [
-        f"## Perplexity beside speed: {hf['source']}",
-        "",
-        f"Every stack runs this model's own weights ({hf['what']}). Perplexity: {w['windows']} "
-        f"windows of {w['window_tokens']} tokens of {w['text']} ({w['predicted_tokens']:,} "
-        f"tokens predicted, the same ids for every stack), teacher-forced in the stack's own "
-        f"process; × fp32 = ÷ {REFERENCE}'s (transformers, fp32). Speed: batch 1, "
-        f"{results['settings']['threads']} threads, the text's first ids as the prompt, greedy, "
-        "forced length: ms/token and decode of W1 (16-token prompt, 32 new tokens), TTFT = "
-        "prompt + first token"
-        + (f" (W1; and W4's {long['src_len']}-token prompt)" if long else " (W1)")
-        + ". agree = W1's tokens equal to hf-torch's. RSS = the stack's process after its runs.",
-        "",
-        "| stack | perplexity | × fp32 | ms/token | decode ms/token | TTFT ms | TTFT ms "
-        "(512) | agree | size MB | RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows(results):
-        ppl = _f(r["ppl"], 3) if r["ppl"] is not None else f"err: {r['ppl_error']}"
-        lines.append(
-            f"| {r['stack']} | {ppl} | {_f(r['ratio'], 4)} | {_f(r['ms_per_token'], 2)} "
-            f"| {_f(r['decode_ms'], 2)} | {_f(r['ttft_ms'], 1)} | {_f(r['ttft_long_ms'], 0)} "
-            f"| {_f(r['agree'], 3)} | {_f(r['size_mb'], 1)} | {_f(r['rss_mb'], 0)} |"
-        )
-    lines.append("")
-    for c in comparisons(results):
-        lines.append(f"- {c}")
-    return lines + [""]
-
-
-# issue 57's int4 goal: perplexity no worse than llama.cpp Q4_K_M's, at <= 0.8x its ms/token
-INT4_PEER, INT4_SPEED = "llamacpp-q4_k_m", 0.8
-
-
-def comparisons(results: dict) -> list[str]:
-    """The ratios of this run that the frontier is read by: each of our quantized variants
-    against llama.cpp's nearest quantization, and the gguf variant against the file."""
-    by = {r["stack"]: r for r in rows(results)}
-    pairs = (
-        ("edgeformer-int4", INT4_PEER), ("edgeformer-int4", "llamacpp-q4_0"),
-        ("edgeformer-int8", "llamacpp-q8_0"), ("edgeformer-gguf", "llamacpp-gguf"),
-        ("edgeformer-fp32", REFERENCE),
-    )  # fmt: skip
-    out = []
-    for ours, peer in pairs:
-        a, b = by.get(ours), by.get(peer)
-        if not (a and b and a["ppl"] and b["ppl"] and a["ms_per_token"] and b["ms_per_token"]):
-            continue
-        text = (
-            f"{ours} ÷ {peer}: perplexity {a['ppl'] / b['ppl']:.4f}×, ms/token "
-            f"{a['ms_per_token'] / b['ms_per_token']:.2f}×"
-        )
-        if ours == "edgeformer-int4" and peer == INT4_PEER:
-            met = a["ppl"] <= b["ppl"] and a["ms_per_token"] <= INT4_SPEED * b["ms_per_token"]
-            text += (
-                f" (issue 57's int4 goal: perplexity ≤ and ms/token ≤ {INT4_SPEED}×: "
-                f"{'met' if met else 'NOT met'})"
-            )
-        out.append(text)
-    return out
-
-
-MARKERS = {"edgeformer": "o", "hf": "P", "genai": "s", "llamacpp": "^"}
-
-
-def plot(results: dict, path: Path) -> Path | None:
-    """Two panels: perplexity (× fp32) against W1 ms/token and against size on disk; a point
-    per stack, a marker per engine, the Pareto front of speed and perplexity dashed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    from .report import pareto
-
-    pts = [r for r in rows(results) if r["ratio"] is not None]
-    if not pts:
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
-    panels = (("ms_per_token", "ms per token, batch 1 (lower is better)"),
-              ("size_mb", "size on disk, MB (lower is better)"))  # fmt: skip
-    for ax, (key, label) in zip(axes, panels):
-        shown = [r for r in pts if r[key]]
-        for i, r in enumerate(shown):
-            engine = r["stack"].split("-")[0]
-            ax.scatter(r[key], r["ratio"], marker=MARKERS.get(engine, "*"), s=70,
-                       color=f"C{i % 10}", edgecolors="black", linewidths=0.5, zorder=3,
-                       label=r["stack"])  # fmt: skip
-            ax.annotate(r["stack"], (r[key], r["ratio"]), fontsize=7, xytext=(4, 4),
-                        textcoords="offset points")  # fmt: skip
-        front = pareto([(r[key], -r["ratio"]) for r in shown], faster_is_lower=True)
-        ax.step([x for x, _ in front], [-y for _, y in front], where="post", color="grey",
-                alpha=0.6, linestyle="--", zorder=2)  # fmt: skip
-        ax.set_xlabel(label)
-        ax.set_ylabel("perplexity ÷ transformers fp32 (lower is better)")
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=7, loc="best")
-    hf, meta = results["hf"], results["meta"]
-    axes[0].set_title("perplexity vs latency")
-    axes[1].set_title("perplexity vs size")
-    fig.suptitle(
-        f"{Path(hf['source']).name}: every stack on its weights · {hf['windows']['windows']} x "
-        f"{hf['windows']['window_tokens']} tokens of Tiny Shakespeare val · {meta['cpu']} · "
-        f"{meta['threads']} threads · {meta['date']}",
-        fontsize=8,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
