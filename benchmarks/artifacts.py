@@ -725,16 +725,14 @@ def gguf_f32(shape: Shape, work: Path, vendor: Path) -> Path:
     from .weights import weights_of
 
     hf = llama_dir(shape, work)
-    real = weights_of(shape) is not None  # a real tokenizer: the converter as shipped
+    real = weights_of(shape) is not None  # a real tokenizer: the converter's own readers
 
     def build(path: Path) -> None:
         if OWN_ENV:
             raise RuntimeError(f"{path} is built by the bench's own environment, not this one")
         path.mkdir(parents=True)
         cmd = [sys.executable, "-m", "edgeformer.benchmarks.llamacpp", "convert", str(vendor),
-               str(hf), str(path / "model.gguf")]  # fmt: skip
-        if real:
-            cmd = llamacpp_convert_command(vendor, hf, path / "model.gguf")
+               str(hf), str(path / "model.gguf"), *(["--real"] if real else [])]  # fmt: skip
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
         if p.returncode or not (path / "model.gguf").is_file():
@@ -743,13 +741,6 @@ def gguf_f32(shape: Shape, work: Path, vendor: Path) -> Path:
 
     key = {"cfg": shape_key(shape), "converter": str(vendor)}
     return _cached(work / f"{shape.name}-gguf-f32", key, build)
-
-
-def llamacpp_convert_command(vendor: Path, hf: Path, out: Path) -> list[str]:
-    """llama.cpp's convert_hf_to_gguf.py, as shipped (a real model folder), f32, under this
-    interpreter."""
-    return [sys.executable, str(vendor / "convert_hf_to_gguf.py"), str(hf), "--outfile",
-            str(out), "--outtype", "f32"]  # fmt: skip
 
 
 def gguf_original(shape: Shape) -> Path:

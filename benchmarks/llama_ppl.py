@@ -39,10 +39,9 @@ def shakespeare_windows(tokenizer_json: Path) -> list[list[int]]:
 
 def convert_f32(vendor: Path, hf: Path, out: Path) -> Path:
     """llama.cpp's converter, as shipped, on a real model folder (f32), unless `out` exists."""
-    from .artifacts import llamacpp_convert_command
-
     if not out.is_file():
-        cmd = llamacpp_convert_command(vendor, hf, out)
+        cmd = [sys.executable, str(vendor / "convert_hf_to_gguf.py"), str(hf), "--outfile",
+               str(out), "--outtype", "f32"]  # fmt: skip
         subprocess.run(
             cmd, check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
         )
