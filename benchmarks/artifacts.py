@@ -37,6 +37,7 @@ def _cached(path: Path, key: dict, build: Callable[[Path], None]) -> Path:
     `path` is replaced only when a build made it (its stamp, or the marker beside it of one
     that did not finish): a folder of the same name in a user's --work is refused instead."""
     stamp = path / ".bench-stamp.json"
+    key = json.loads(json.dumps(key))  # as the stamp reads back: tuples are lists there
     if (stamp.is_file() and json.loads(stamp.read_text()) == key) or READ_ONLY:
         return path
     building = path.with_name(f".{path.name}.bench-building")
