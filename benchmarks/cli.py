@@ -304,6 +304,7 @@ def bench(settings: Settings) -> int:
             shutil.rmtree(work, ignore_errors=True)
     results["targets"] = targets.targets(results)
     results["meta"]["wall_s"] = round(time.time() - t_start, 1)
+    results["meta"]["load_average_end"] = report.load_average()
     paths = report.write(results, Path(settings.out), settings.name)
     print(report.markdown(results))
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -56,9 +56,19 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def load_average() -> list[float] | None:
+    """The host's 1, 5 and 15-minute load averages (None where the OS has none): on a shared
+    host, what the timings ran beside."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
 def environment(threads: int) -> dict:
     return {
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_average": load_average(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_features": cpu_features(),
@@ -114,7 +124,9 @@ def markdown(results: dict) -> str:
         f"{meta['date']} · {meta['cpu']} ({meta['cpu_count']} CPUs"
         + (f"; {meta['cpu_features']}" if meta.get("cpu_features") else "")
         + f") · {meta['threads']} threads"
-        f" · {st['rounds']} rounds, {st['warmup']} warm-up" + (" · QUICK" if st["quick"] else ""),
+        f" · {st['rounds']} rounds, {st['warmup']} warm-up"
+        + (" · QUICK" if st["quick"] else "")
+        + _load_md(meta),
         "",
         f"Versions: {vs}.",
         "",
@@ -203,6 +215,17 @@ def markdown(results: dict) -> str:
     if "frontier" in results:
         lines += frontier_md(results["frontier"], results.get("frontier_skipped", []))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _load_md(meta: dict) -> str:
+    """The host's load averages at the start and the end of the run, when recorded."""
+    start, end = meta.get("load_average"), meta.get("load_average_end")
+    if not start:
+        return ""
+    cpus = f" on {meta['cpu_count']} CPUs" if meta.get("cpu_count") else ""
+    return f" · load average {start[0]:.1f} at the start, " + (
+        f"{end[0]:.1f} at the end{cpus}" if end else f"end not recorded{cpus}"
+    )
 
 
 def frontier_md(points: list[dict], skipped: list[dict]) -> list[str]:
