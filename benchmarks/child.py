@@ -98,8 +98,8 @@ def serve(job: Job) -> int:
                 if runner.nll is None:
                     raise RuntimeError("this stack has no teacher-forced scoring")
                 t = time.perf_counter()
-                out = runner.nll(req["windows"])
-                reply({"ms": (time.perf_counter() - t) * 1e3, "out": out})
+                scored = runner.nll(req["windows"])
+                reply({"ms": (time.perf_counter() - t) * 1e3, "out": scored})
                 continue
             if req["op"] in ("texts", "sentences", "text_file"):
                 reply(_text_call(runner, req))

@@ -684,12 +684,19 @@ def hf_plot(results: dict, path: Path) -> Path | None:
     hf, meta = results["hf"], results["meta"]
     axes[0].set_title("perplexity vs latency")
     axes[1].set_title("perplexity vs size")
-    fig.suptitle(
+    title = (
         f"{Path(hf['source']).name}: every stack on its weights · {hf['windows']['windows']} x "
         f"{hf['windows']['window_tokens']} tokens of Tiny Shakespeare val · {meta['cpu']} · "
-        f"{meta['threads']} threads · {meta['date']}",
-        fontsize=8,
+        f"{meta['threads']} threads · {meta['date']}"
     )
+    return _save(fig, path, title)
+
+
+def _save(fig, path: Path, title: str) -> Path:
+    """A two-panel figure with its small title, written to `path` and closed."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -780,16 +787,12 @@ def frontier_plot(results: dict, path: Path) -> Path | None:
                        label=f"{r} (dashed: its Pareto front)") for r in recipes]  # fmt: skip
     axes[1].legend(handles=handles, fontsize=7, loc="best")
     meta = results["meta"]
-    fig.suptitle(
+    title = (
         f"Quality next to speed · {p0['sentences']:,} sentences of {p0['bleu_decoding']} · "
         f"speed: {p0['speed_decoding']} · {meta['cpu']} · {meta['threads']} "
-        f"thread{'s' if meta['threads'] > 1 else ''}",
-        fontsize=8,
+        f"thread{'s' if meta['threads'] > 1 else ''}"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title)
 
 
 def plot(results: dict, path: Path) -> Path | None:

@@ -307,8 +307,9 @@ def load_our_runtime(
         return translator().translate_batch([text], truncate=True, num_beams=1)[0]
 
     r = Runner(generate, encode, variant_files(pkg, variant))
-    if not job.shape.is_ed:
-        r.nll = lambda windows: _summed([-float(rt.score_ids([w])[0].sum()) for w in windows],
+    if isinstance(rt, Generator):  # an LM: one window a call (its logits: 257 x vocabulary)
+        lm = rt
+        r.nll = lambda windows: _summed([-float(lm.score_ids([w])[0].sum()) for w in windows],
                                         windows)  # fmt: skip
     if job.shape.is_ed:
         words = [

@@ -181,3 +181,20 @@ def test_bad_inputs_get_one_clear_error(tmp_path):
 def test_a_quick_hf_run_never_writes_the_committed_results(tiny):
     with pytest.raises(SystemExit, match="quick run"):
         main(["--hf", str(tiny[1]), "--quick", "--out", str(COMMITTED)])
+
+
+def test_readme_quotes_the_committed_real_model_run():
+    """README's real-weights row is the committed --hf run's (benchmarks/results)."""
+    from edgeformer.benchmarks.report import hf_rows
+
+    res = json.loads((COMMITTED / "real-smollm2.json").read_text())
+    rows = {r["stack"]: r for r in hf_rows(res)}
+    w1 = {r["stack"]: r for r in res["workloads"] if r["workload"] == "W1"}
+    readme = (TESTS.parent / "README.md").read_text().splitlines()
+    line = next(ln for ln in readme if "real SmolLM2-135M-Instruct weights" in ln)
+    stacks = ("edgeformer-int4", "llamacpp-q4_k_m", "genai-int4")
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert " / ".join(f"×{rows[s]['ratio']:.3f}" for s in stacks) in cells[0]
+    assert cells[1] == " / ".join(f"{rows[s]['ms_per_token']:.1f}" for s in stacks)
+    assert cells[2] == " / ".join(f"{w1[s]['floor_ratio']:.1f}×" for s in stacks)
+    assert cells[3] == " / ".join(f"{rows[s]['size_mb']:.0f}" for s in stacks)
