@@ -37,6 +37,7 @@ def _cached(path: Path, key: dict, build: Callable[[Path], None]) -> Path:
     `path` is replaced only when a build made it (its stamp, or the marker beside it of one
     that did not finish): a folder of the same name in a user's --work is refused instead."""
     stamp = path / ".bench-stamp.json"
+    key = json.loads(json.dumps(key))  # as the stamp reads back: tuples are lists there
     if (stamp.is_file() and json.loads(stamp.read_text()) == key) or READ_ONLY:
         return path
     building = path.with_name(f".{path.name}.bench-building")
@@ -120,8 +121,25 @@ def converted_checkpoint(hf: Path, path: Path, key: dict) -> Path:
 def hf_checkpoint(shape: Shape, work: Path) -> Path:
     """The shape's Hugging Face model (Marian / GPT-2, `hf_model_dir`) as an edgeformer checkpoint:
     the weights and vocabulary of hf-torch, Optimum and CTranslate2."""
+    from .weights import gguf_of
+
+    gguf = gguf_of(shape)
+    if gguf is not None:  # an --hf FILE.gguf run: the file itself, its blocks kept (gguf variant)
+        return gguf_checkpoint(gguf, work / f"{shape.name}-gguf-checkpoint", shape_key(shape))
     hf = hf_model_dir(shape, work)
     return converted_checkpoint(hf, work / f"{shape.name}-hf-checkpoint", shape_key(shape))
+
+
+def gguf_checkpoint(gguf: Path, path: Path, key: dict) -> Path:
+    """The GGUF file converted into an edgeformer checkpoint (models.gguf: its weights
+    dequantized as the --hf folder holds them, and its raw blocks beside them), cached."""
+
+    def build(out: Path) -> None:
+        from edgeformer.models.gguf import convert_gguf
+
+        convert_gguf(gguf, out, force=True)
+
+    return _cached(path, {**key, "converted": gguf.name}, build)
 
 
 def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...]) -> Path:
@@ -250,6 +268,27 @@ def real_vocab(hf: dict) -> list[str]:
     return [specials.get(i, f"t{i}") for i in range(hf["vocab_size"])]
 
 
+def hf_folder(source: Path, work: Path) -> Path:
+    """The Hugging Face folder of an --hf input (benchmarks.weights): the folder itself, or a
+    GGUF file's weights dequantized (models.gguf.convert.write_hf_folder: config, float32
+    weights, transformers' conversion of its tokenizer) under `work`, once per file content."""
+    from .weights import check_source, digest, is_gguf
+
+    check_source(source)
+    if not is_gguf(source):
+        return source
+
+    def build(path: Path) -> None:
+        from edgeformer.models.gguf.convert import write_hf_folder
+        from edgeformer.models.gguf.reader import GGUFFile
+
+        path.mkdir(parents=True)
+        write_hf_folder(GGUFFile(source), path)
+
+    key = {"gguf": str(source), "digest": digest(source)}
+    return _cached(work / f"{source.stem}-{key['digest']}-hf", key, build)
+
+
 def real_model(shape: Shape, path: Path) -> None:
     """A real shape's random-weight model (seed SEED, float32, the architecture's own init) and a
     word-level tokenizer over its vocabulary with its special tokens at the config's ids."""
@@ -319,7 +358,13 @@ def real_tokenizer(hf: dict, path: Path) -> None:
 
 def hf_model_dir(shape: Shape, work: Path) -> Path:
     """The random-weight HF model (seed SEED) and a matching fast tokenizer, save_pretrained:
-    a real shape's architecture from its config (`real_model`), else Marian / GPT-2."""
+    a real shape's architecture from its config (`real_model`), else Marian / GPT-2; an --hf
+    run's own folder (benchmarks.weights), as it is."""
+    from .weights import weights_of
+
+    own = weights_of(shape)
+    if own is not None:
+        return own
 
     def build(path: Path) -> None:
         if OWN_ENV:
@@ -678,14 +723,17 @@ def gguf_f32(shape: Shape, work: Path, vendor: Path) -> Path:
     """llama.cpp's convert_hf_to_gguf.py (`vendor`: the llama.cpp sources) on the model of the
     Llama stacks (`llama_dir`: the small LM's Llama, or a real shape's own model), f32, under
     this interpreter (benchmarks.llamacpp); the llamacpp-* stacks quantize it."""
+    from .weights import weights_of
+
     hf = llama_dir(shape, work)
+    real = weights_of(shape) is not None  # a real tokenizer: the converter's own readers
 
     def build(path: Path) -> None:
         if OWN_ENV:
             raise RuntimeError(f"{path} is built by the bench's own environment, not this one")
         path.mkdir(parents=True)
         cmd = [sys.executable, "-m", "edgeformer.benchmarks.llamacpp", "convert", str(vendor),
-               str(hf), str(path / "model.gguf")]  # fmt: skip
+               str(hf), str(path / "model.gguf"), *(["--real"] if real else [])]  # fmt: skip
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
         if p.returncode or not (path / "model.gguf").is_file():
@@ -694,6 +742,16 @@ def gguf_f32(shape: Shape, work: Path, vendor: Path) -> Path:
 
     key = {"cfg": shape_key(shape), "converter": str(vendor)}
     return _cached(work / f"{shape.name}-gguf-f32", key, build)
+
+
+def gguf_original(shape: Shape) -> Path:
+    """The GGUF file an --hf run was given: llamacpp-gguf runs it as it is."""
+    from .weights import NO_GGUF, gguf_of
+
+    path = gguf_of(shape)
+    if path is None or not path.is_file():
+        raise RuntimeError(NO_GGUF.format(what="original file"))
+    return path
 
 
 def gguf_quantized(shape: Shape, work: Path, quant: str, threads: int = 2) -> Path:

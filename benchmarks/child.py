@@ -26,7 +26,9 @@ each request line {"op": "generate", "ids": [[...]], "n": N}, {"op": "encode", "
 with {"rss_mb", "peak_rss_mb"}. The frontier's text calls (runners.TextPath; the hello line
 says "text": true): {"op": "texts", "texts", "beams"} -> {"ms", "out": translations},
 {"op": "sentences", "texts"} -> {"ms": [ms of each text alone], "out": translations},
-{"op": "text_file", "src", "out", "batching"} -> {"ms"}. Failures are {"error": "..."}. Only
+{"op": "text_file", "src", "out", "batching"} -> {"ms"}. An LM's teacher-forced score (bench
+--hf; the hello line says "nll": true): {"op": "nll", "windows"} -> {"ms", "out": {"nll",
+"tokens"}}. Failures are {"error": "..."}. Only
 these lines go to the real stdout; anything a library prints goes to stderr.
 """
 
@@ -80,6 +82,7 @@ def serve(job: Job) -> int:
             "encode": runner.encode is not None,
             "file": runner.translate_file is not None,
             "text": runner.sentences_ms is not None,
+            "nll": runner.nll is not None,
             "start_rss_mb": base,
             "loaded_rss_mb": rss_mb(),
             "rss_delta_mb": peak_rss_mb() - base,
@@ -90,6 +93,13 @@ def serve(job: Job) -> int:
         try:
             if req["op"] == "rss":
                 reply({"rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
+                continue
+            if req["op"] == "nll":
+                if runner.nll is None:
+                    raise RuntimeError("this stack has no teacher-forced scoring")
+                t = time.perf_counter()
+                scored = runner.nll(req["windows"])
+                reply({"ms": (time.perf_counter() - t) * 1e3, "out": scored})
                 continue
             if req["op"] in ("texts", "sentences", "text_file"):
                 reply(_text_call(runner, req))
@@ -254,6 +264,9 @@ class Worker:
         req = {"op": "text_file", "src": str(src), "out": str(out)}
         return self._send({**req, "batching": dataclasses.asdict(batching)})["ms"]
 
+    def nll(self, windows: list[list[int]]) -> dict:
+        return self._send({"op": "nll", "windows": windows})["out"]
+
     def rss(self) -> dict:
         """The worker's current and peak RSS (MB)."""
         return self._send({"op": "rss"})
@@ -273,6 +286,7 @@ class Worker:
             close=self.close,
             rss=self.rss,
             translate_file=self.translate_file if self.hello.get("file") else None,
+            nll=self.nll if self.hello.get("nll") else None,
             **(self._text_calls() if self.hello.get("text") else {}),
         )
 

@@ -6,6 +6,7 @@
     edgeformer bench --package packages/shakespeare --checkpoint runs/shakespeare/best
     edgeformer bench --quality-ed packages/multi30k --quality-lm packages/shakespeare
     edgeformer bench --frontier teacher=runs/m30k/package --frontier student=runs/kd/package
+    edgeformer bench --hf MODEL.gguf --make-llama-env runs/llama-env   # a real model's weights
 
 Writes OUT/latest.json, OUT/latest.md and OUT/latest.png (OUT: --out, default runs/bench; see
 benchmarks/README.md), and OUT/latest-frontier.png with --frontier.
@@ -21,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import files, llama_env, measure, optimum_env, report, targets
+from . import artifacts, files, llama_env, measure, optimum_env, report, targets, weights
 from .child import (
     Worker,
     child_bandwidth,
@@ -65,6 +66,15 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         help=f"comma-separated: ed, lm (small shapes), {groups}, "
         f"{', '.join(REAL_SHAPES)} (random weights at those models' shapes), or a Hugging Face "
         "config.json (random weights at its shape) (default: ed,lm)",
+    )
+    p.add_argument(
+        "--hf",
+        default=None,
+        metavar="DIR|FILE.gguf",
+        help="a real model (a Hugging Face folder, or a GGUF file: its weights dequantized): "
+        "every stack runs its weights, each stack's perplexity on Tiny Shakespeare's val split "
+        "beside its speed (ours fp32 / int8 / int4 / int8-dynamic / gguf, hf-torch, genai-int4, "
+        "llama.cpp Q8_0 / Q4_0 / Q4_K_M and the file itself); replaces --shapes (default: none)",
     )
     p.add_argument(
         "--workloads",
@@ -213,9 +223,14 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
     )
 
 
-def _shapes(settings: Settings) -> list[tuple[Shape, Path | None, Path | None]]:
-    """(shape, package, checkpoint) per requested shape; --package replaces our random model."""
+def _shapes(settings: Settings, work: Path) -> list[tuple[Shape, Path | None, Path | None]]:
+    """(shape, package, checkpoint) per requested shape; --package replaces our random model,
+    --hf all of them (that model's own weights)."""
     from ..runtime.package import load_package
+
+    if settings.hf:
+        source = Path(settings.hf).absolute()
+        return [(weights.hf_shape(source, artifacts.hf_folder(source, work)), None, None)]
 
     given: dict[str, tuple] = {}
     for i, p in enumerate(settings.packages):
@@ -270,10 +285,11 @@ def bench(settings: Settings) -> int:
     if settings.llama_python and any(s.env == "llamacpp" for s in stacks):
         results["meta"]["llama_env"] = llama_env.describe(settings.llama_python)
     try:
-        for shape, pkg, ckpt in _shapes(settings) if settings.workloads else []:
+        for shape, pkg, ckpt in _shapes(settings, work) if settings.workloads else []:
             fixed = [w for w in settings.fixed_workloads() if fits(w, shape)]
+            variants = package_variants(stacks, gguf=weights.gguf_of(shape) is not None)
             job = Job(
-                "", shape, work, settings, pkg, ckpt, package_variants(stacks),
+                "", shape, work, settings, pkg, ckpt, variants,
                 tuple((w.batch, w.src_len, w.new_tokens) for w in fixed),
             )  # fmt: skip
             _bench_shape(job, stacks, results)
@@ -288,6 +304,7 @@ def bench(settings: Settings) -> int:
             shutil.rmtree(work, ignore_errors=True)
     results["targets"] = targets.targets(results)
     results["meta"]["wall_s"] = round(time.time() - t_start, 1)
+    results["meta"]["load_average_end"] = report.load_average()
     paths = report.write(results, Path(settings.out), settings.name)
     print(report.markdown(results))
     print("wrote " + ", ".join(str(p) for p in paths))
@@ -403,6 +420,15 @@ def _bench_shape(job: Job, stacks: list[Stack], results: dict) -> None:
                 info[name].setdefault("memory", {})["run_peak_rss_mb"] = r.rss()["peak_rss_mb"]
             except Exception as e:
                 info[name].setdefault("memory", {})["run_peak_error"] = _err(e)
+    if weights.weights_of(shape) is not None:  # --hf: after the RSS, which it would change
+        windows = weights.windows_of(shape, settings.quick)
+        print(f"  perplexity on {len(windows)} windows of the text, teacher-forced")
+        weights.perplexity(runners, windows, info)
+        results["hf"] = {
+            "source": settings.hf, "shape": shape.name, "what": weights.what(shape),
+            "windows": weights.describe_windows(windows),
+        }  # fmt: skip
+    for r in runners.values():
         if r.close:
             r.close()
     runners.clear()

@@ -27,21 +27,14 @@ from pathlib import Path
 from . import llama_env, llamacpp
 
 QUANTS = ("q8_0", "q4_0", "q4_k_m")
-MAX_LEN, LIMIT = 256, 8
 
 
 def shakespeare_windows(tokenizer_json: Path) -> list[list[int]]:
-    """The val split's ids (line by line, keepends, no special tokens), cut into windows."""
-    from tokenizers import Tokenizer
+    """The val split's ids (line by line, keepends, no special tokens), cut into windows as
+    export's held-out check cuts them (benchmarks.weights.text_windows: the bench's --hf)."""
+    from .weights import text_windows
 
-    from edgeformer.core.data import load_shakespeare
-    from edgeformer.core.metrics import windows
-
-    tok = Tokenizer.from_file(str(tokenizer_json))
-    ids: list[int] = []
-    for line in load_shakespeare()[1].splitlines(keepends=True):
-        ids += tok.encode(line, add_special_tokens=False).ids
-    return windows(ids, MAX_LEN, LIMIT)
+    return text_windows(tokenizer_json)
 
 
 def convert_f32(vendor: Path, hf: Path, out: Path) -> Path:

@@ -8,7 +8,8 @@
         the converter's BPE / SentencePiece vocabulary readers refuse ("pre-tokenizer was not
         recognized"), so its model class writes the vocabulary with the converter's own
         whitespace writer (`_set_vocab_whitespace`); every tensor goes through llama.cpp's
-        code unchanged. The bench feeds token ids, never text.
+        code unchanged. The bench feeds token ids, never text. --real (bench --hf): the model's
+        own tokenizer, the converter's readers (`convert`).
 
 `quantize` (llama.cpp's llama_model_quantize, as the llama-quantize tool; in llama.cpp's
 environment) makes Q8_0, Q4_0 and Q4_K_M from that f32 GGUF with llama.cpp's defaults (the
@@ -50,8 +51,11 @@ def _whitespace_vocab(model) -> None:
     model.gguf_writer.add_token_merges(["t 0"])
 
 
-def convert(vendor: Path, hf: Path, out: Path) -> None:
-    """llama.cpp's convert_hf_to_gguf.py, in this process (see the module docstring)."""
+def convert(vendor: Path, hf: Path, out: Path, real: bool = False) -> None:
+    """llama.cpp's convert_hf_to_gguf.py, in this process (see the module docstring). `real`: a
+    model's own tokenizer (bench --hf), written by the converter's own readers; only a
+    pre-tokenizer the converter does not know by its hash (a test's tiny BPE) is pinned to
+    "default" instead of refused: the bench gives llama.cpp ids, so its regex is never used."""
     import runpy
 
     sys.path.insert(0, str(vendor))
@@ -59,6 +63,18 @@ def convert(vendor: Path, hf: Path, out: Path) -> None:
     import conversion  # type: ignore[import-not-found]  # llama.cpp's, beside the script
 
     found = conversion.get_model_class
+
+    def real_vocab(*args, **kwargs):
+        cls = found(*args, **kwargs)
+
+        def pre_or_default(self, tokenizer):
+            try:
+                return cls.get_vocab_base_pre(self, tokenizer)
+            except NotImplementedError:
+                return "default"
+
+        return type(cls.__name__, (cls,), {"model_arch": cls.model_arch,
+                                           "get_vocab_base_pre": pre_or_default})  # fmt: skip
 
     def whitespace_vocab(*args, **kwargs):
         cls = found(*args, **kwargs)
@@ -71,7 +87,7 @@ def convert(vendor: Path, hf: Path, out: Path) -> None:
         }
         return type(cls.__name__, (cls,), body)
 
-    conversion.get_model_class = whitespace_vocab
+    conversion.get_model_class = real_vocab if real else whitespace_vocab
     sys.argv = ["convert_hf_to_gguf.py", str(hf), "--outfile", str(out), "--outtype", "f32"]
     runpy.run_path(str(vendor / "convert_hf_to_gguf.py"), run_name="__main__")
 
@@ -181,6 +197,8 @@ def perplexity(path: Path, windows: list[list[int]], threads: int) -> dict:
     import llama_cpp
     import numpy as np
 
+    from .measure import logits_nll
+
     longest = max(len(w) for w in windows)
     n_ctx = -(-longest // CTX_BLOCK) * CTX_BLOCK
     llm = llama_cpp.Llama(
@@ -192,10 +210,7 @@ def perplexity(path: Path, windows: list[list[int]], threads: int) -> dict:
         for w in windows:
             llm.reset()
             llm.eval(w)
-            logits = np.asarray(llm.scores[: len(w) - 1], dtype=np.float64)
-            top = logits.max(axis=1, keepdims=True)
-            logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-            nll += float((logz - logits[np.arange(len(w) - 1), w[1:]]).sum())
+            nll += logits_nll(llm.scores[: len(w) - 1], w[1:])
             count += len(w) - 1
     finally:
         llm.close()
@@ -262,14 +277,14 @@ def measure(python: str, path: Path, windows: list[list[int]], threads: int = 2,
     return json.loads(lines[-1])
 
 
-USAGE = """usage: python -m edgeformer.benchmarks.llamacpp convert VENDOR HF_DIR OUT.gguf
+USAGE = """usage: python -m edgeformer.benchmarks.llamacpp convert VENDOR HF_DIR OUT.gguf [--real]
        python -m edgeformer.benchmarks.llamacpp quantize SRC.gguf OUT.gguf QUANT THREADS
        python -m edgeformer.benchmarks.llamacpp perplexity GGUF WINDOWS.json THREADS"""
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 4 and argv[0] == "convert":
-        convert(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+    if len(argv) in (4, 5) and argv[0] == "convert" and argv[4:] in ([], ["--real"]):
+        convert(Path(argv[1]), Path(argv[2]), Path(argv[3]), real=argv[4:] == ["--real"])
         return 0
     if len(argv) == 5 and argv[0] == "quantize":
         quantize(Path(argv[1]), Path(argv[2]), argv[3], int(argv[4]))

@@ -136,6 +136,17 @@ def run_sweep(
     return records
 
 
+def logits_nll(logits, targets) -> float:
+    """-sum log softmax(logits)[t, targets[t]] in float64: a window's (T, V) logits of the
+    positions before each target (the teacher-forced score every stack's `nll` sums)."""
+    import numpy as np
+
+    x = np.asarray(logits, dtype=np.float64)
+    top = x.max(axis=1, keepdims=True)
+    logz = top[:, 0] + np.log(np.exp(x - top).sum(axis=1))
+    return float((logz - x[np.arange(len(targets)), np.asarray(targets)]).sum())
+
+
 # ---- memory ------------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from .artifacts import dir_size
 from .files import FileBatching
 from .targets import FP32_PEER, LLAMA_OURS, QUANT_PEER, QUANT_WORKLOADS
+from .weights import REFERENCE
 
 PACKAGES = (
     "edgeformer", "torch", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "tokenizers",
@@ -55,9 +56,19 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def load_average() -> list[float] | None:
+    """The host's 1, 5 and 15-minute load averages (None where the OS has none): on a shared
+    host, what the timings ran beside."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
 def environment(threads: int) -> dict:
     return {
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_average": load_average(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_features": cpu_features(),
@@ -72,6 +83,11 @@ def size_mb(files: list[Path]) -> float:
 
 
 # ---- markdown ----------------------------------------------------------------------------------
+
+
+def _fx(x, nd: int) -> str:
+    """A number with thousands separators, — for None."""
+    return "—" if x is None else f"{x:,.{nd}f}"
 
 
 def _f(x, nd: int = 2) -> str:
@@ -108,7 +124,9 @@ def markdown(results: dict) -> str:
         f"{meta['date']} · {meta['cpu']} ({meta['cpu_count']} CPUs"
         + (f"; {meta['cpu_features']}" if meta.get("cpu_features") else "")
         + f") · {meta['threads']} threads"
-        f" · {st['rounds']} rounds, {st['warmup']} warm-up" + (" · QUICK" if st["quick"] else ""),
+        f" · {st['rounds']} rounds, {st['warmup']} warm-up"
+        + (" · QUICK" if st["quick"] else "")
+        + _load_md(meta),
         "",
         f"Versions: {vs}.",
         "",
@@ -186,6 +204,8 @@ def markdown(results: dict) -> str:
             for w, e in (s.get("errors") or {}).items():
                 lines.append(f"- {k} failed on {w}: {e}")
         lines.append("")
+    if results.get("hf"):  # --hf: the real model's perplexity beside speed
+        lines += hf_md(results)
     if results["shapes"]:  # the targets compare the workloads' stacks
         lines += _targets_md(results.get("targets") or {})
     if results.get("profile"):
@@ -195,6 +215,17 @@ def markdown(results: dict) -> str:
     if "frontier" in results:
         lines += frontier_md(results["frontier"], results.get("frontier_skipped", []))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _load_md(meta: dict) -> str:
+    """The host's load averages at the start and the end of the run, when recorded."""
+    start, end = meta.get("load_average"), meta.get("load_average_end")
+    if not start:
+        return ""
+    cpus = f" on {meta['cpu_count']} CPUs" if meta.get("cpu_count") else ""
+    return f" · load average {start[0]:.1f} at the start, " + (
+        f"{end[0]:.1f} at the end{cpus}" if end else f"end not recorded{cpus}"
+    )
 
 
 def frontier_md(points: list[dict], skipped: list[dict]) -> list[str]:
@@ -518,6 +549,160 @@ def _quality_md(q: dict) -> list[str]:
     return lines
 
 
+# ---- bench --hf: a real model, perplexity beside speed (benchmarks.weights) ------------------
+
+
+def hf_rows(results: dict) -> list[dict]:
+    """One row per stack of the --hf shape: perplexity (and ratio), W1 ms/token, decode,
+    TTFT at W1 and W4, size, RSS; sorted by perplexity, then speed."""
+    shape = results["hf"]["shape"]
+    work = {(r["stack"], r["workload"]): r for r in results["workloads"] if r["shape"] == shape}
+    out = []
+    for name, s in results["stacks"][shape].items():
+        if s.get("status") != "ok":
+            continue
+        w1, w4 = work.get((name, "W1")), work.get((name, "W4"))
+        m = s.get("memory") or {}
+        p = s.get("perplexity") or {}
+        out.append({
+            "stack": name,
+            "ppl": p.get("ppl"),
+            "ratio": p.get("ratio"),
+            "ppl_error": p.get("error"),
+            "ms_per_token": w1["ms_per_token"]["median"] if w1 else None,
+            "decode_ms": w1["decode_ms_per_token"]["median"] if w1 else None,
+            "ttft_ms": w1["ttft_ms"]["median"] if w1 else None,
+            "ttft_long_ms": w4["ttft_ms"]["median"] if w4 else None,
+            "agree": w1["agreement"] if w1 else None,
+            "size_mb": s.get("size_mb"),
+            "rss_mb": m.get("run_peak_rss_mb", m.get("peak_rss_mb", m.get("loaded_rss_mb"))),
+        })  # fmt: skip
+    return sorted(out, key=lambda r: (r["ppl"] is None, r["ppl"] or 0, r["ms_per_token"] or 0))
+
+
+def hf_md(results: dict) -> list[str]:
+    hf = results["hf"]
+    w = hf["windows"]
+    long = next((r for r in results["workloads"] if r["workload"] == "W4"), None)
+    lines = [
+        f"## Perplexity beside speed: {hf['source']}",
+        "",
+        f"Every stack runs this model's own weights ({hf['what']}). Perplexity: {w['windows']} "
+        f"windows of {w['window_tokens']} tokens of {w['text']} ({w['predicted_tokens']:,} "
+        f"tokens predicted, the same ids for every stack), teacher-forced in the stack's own "
+        f"process; × fp32 = ÷ {REFERENCE}'s (transformers, fp32). Speed: batch 1, "
+        f"{results['settings']['threads']} threads, the text's first ids as the prompt, greedy, "
+        "forced length: ms/token and decode of W1 (16-token prompt, 32 new tokens), TTFT = "
+        "prompt + first token"
+        + (f" (W1; and W4's {long['src_len']}-token prompt)" if long else " (W1)")
+        + ". agree = W1's tokens equal to hf-torch's. RSS = the stack's process after its runs.",
+        "",
+        "| stack | perplexity | × fp32 | ms/token | decode ms/token | TTFT ms | TTFT ms "
+        "(512) | agree | size MB | RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in hf_rows(results):
+        ppl = _fx(r["ppl"], 3) if r["ppl"] is not None else f"err: {r['ppl_error']}"
+        lines.append(
+            f"| {r['stack']} | {ppl} | {_fx(r['ratio'], 4)} | {_fx(r['ms_per_token'], 2)} "
+            f"| {_fx(r['decode_ms'], 2)} | {_fx(r['ttft_ms'], 1)} | {_fx(r['ttft_long_ms'], 0)} "
+            f"| {_fx(r['agree'], 3)} | {_fx(r['size_mb'], 1)} | {_fx(r['rss_mb'], 0)} |"
+        )
+    lines.append("")
+    for c in hf_comparisons(results):
+        lines.append(f"- {c}")
+    return lines + [""]
+
+
+# issue 57's int4 goal: perplexity no worse than llama.cpp Q4_K_M's, at <= 0.8x its ms/token
+INT4_PEER, INT4_SPEED = "llamacpp-q4_k_m", 0.8
+
+
+def hf_comparisons(results: dict) -> list[str]:
+    """The ratios of this run that the frontier is read by: each of our quantized variants
+    against llama.cpp's nearest quantization, and the gguf variant against the file."""
+    by = {r["stack"]: r for r in hf_rows(results)}
+    pairs = (
+        ("edgeformer-int4", INT4_PEER), ("edgeformer-int4", "llamacpp-q4_0"),
+        ("edgeformer-int8", "llamacpp-q8_0"), ("edgeformer-gguf", "llamacpp-gguf"),
+        ("edgeformer-fp32", REFERENCE),
+    )  # fmt: skip
+    out = []
+    for ours, peer in pairs:
+        a, b = by.get(ours), by.get(peer)
+        if not (a and b and a["ppl"] and b["ppl"] and a["ms_per_token"] and b["ms_per_token"]):
+            continue
+        text = (
+            f"{ours} ÷ {peer}: perplexity {a['ppl'] / b['ppl']:.4f}×, ms/token "
+            f"{a['ms_per_token'] / b['ms_per_token']:.2f}×"
+        )
+        if ours == "edgeformer-int4" and peer == INT4_PEER:
+            met = a["ppl"] <= b["ppl"] and a["ms_per_token"] <= INT4_SPEED * b["ms_per_token"]
+            text += (
+                f" (issue 57's int4 goal: perplexity ≤ and ms/token ≤ {INT4_SPEED}×: "
+                f"{'met' if met else 'NOT met'})"
+            )
+        out.append(text)
+    return out
+
+
+HF_MARKERS = {"edgeformer": "o", "hf": "P", "genai": "s", "llamacpp": "^"}
+
+
+def hf_plot(results: dict, path: Path) -> Path | None:
+    """Two panels: perplexity (× fp32) against W1 ms/token and against size on disk; a point
+    per stack, a marker per engine, the Pareto front of speed and perplexity dashed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    pts = [r for r in hf_rows(results) if r["ratio"] is not None]
+    if not pts:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    panels = (("ms_per_token", "ms per token, batch 1 (lower is better)"),
+              ("size_mb", "size on disk, MB (lower is better)"))  # fmt: skip
+    for ax, (key, label) in zip(axes, panels):
+        shown = [r for r in pts if r[key]]
+        for i, r in enumerate(shown):
+            engine = r["stack"].split("-")[0]
+            ax.scatter(r[key], r["ratio"], marker=HF_MARKERS.get(engine, "*"), s=70,
+                       color=f"C{i % 10}", edgecolors="black", linewidths=0.5, zorder=3,
+                       label=r["stack"])  # fmt: skip
+            ax.annotate(r["stack"], (r[key], r["ratio"]), fontsize=7, xytext=(4, 4),
+                        textcoords="offset points")  # fmt: skip
+        front = pareto([(r[key], -r["ratio"]) for r in shown], faster_is_lower=True)
+        ax.step([x for x, _ in front], [-y for _, y in front], where="post", color="grey",
+                alpha=0.6, linestyle="--", zorder=2)  # fmt: skip
+        ax.set_xlabel(label)
+        ax.set_ylabel("perplexity ÷ transformers fp32 (lower is better)")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7, loc="best")
+    hf, meta = results["hf"], results["meta"]
+    axes[0].set_title("perplexity vs latency")
+    axes[1].set_title("perplexity vs size")
+    title = (
+        f"{Path(hf['source']).name}: every stack on its weights · {hf['windows']['windows']} x "
+        f"{hf['windows']['window_tokens']} tokens of Tiny Shakespeare val · {meta['cpu']} · "
+        f"{meta['threads']} threads · {meta['date']}"
+    )
+    return _save(fig, path, title)
+
+
+def _save(fig, path: Path, title: str) -> Path:
+    """A two-panel figure with its small title, written to `path` and closed."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ---- files -------------------------------------------------------------------------------------
 
 
@@ -526,7 +711,10 @@ def write(results: dict, out: Path, name: str = "latest") -> list[Path]:
     paths = [out / f"{name}.json", out / f"{name}.md"]
     paths[0].write_text(json.dumps(results, indent=1, default=str) + "\n")
     paths[1].write_text(markdown(results))
-    png = plot(results, out / f"{name}.png")
+    if results.get("hf"):  # perplexity against ms/token and size
+        png = hf_plot(results, out / f"{name}.png")
+    else:
+        png = plot(results, out / f"{name}.png")
     paths += [png] if png else []
     if results.get("frontier"):
         png = frontier_plot(results, out / f"{name}-frontier.png")
@@ -599,16 +787,12 @@ def frontier_plot(results: dict, path: Path) -> Path | None:
                        label=f"{r} (dashed: its Pareto front)") for r in recipes]  # fmt: skip
     axes[1].legend(handles=handles, fontsize=7, loc="best")
     meta = results["meta"]
-    fig.suptitle(
+    title = (
         f"Quality next to speed · {p0['sentences']:,} sentences of {p0['bleu_decoding']} · "
         f"speed: {p0['speed_decoding']} · {meta['cpu']} · {meta['threads']} "
-        f"thread{'s' if meta['threads'] > 1 else ''}",
-        fontsize=8,
+        f"thread{'s' if meta['threads'] > 1 else ''}"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title)
 
 
 def plot(results: dict, path: Path) -> Path | None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import artifacts
 from .files import FileBatching
+from .measure import logits_nll
 from .settings import Job
 from .shapes import forced_target
 
@@ -47,6 +48,9 @@ class Runner:
     translate_texts: Callable[[list[str], int], list[str]] | None = None  # (texts, beams)
     sentences_ms: Callable[[list[str]], tuple[list[float], list[str]]] | None = None
     text_file_ms: Callable[[Path, Path, FileBatching], float] | None = None
+    # an LM's teacher-forced score of token windows (bench --hf): {"nll": -sum log p of every
+    # token after a window's first, "tokens": how many}, from the stack's own logits
+    nll: Callable[[list[list[int]]], dict] | None = None
 
 
 @dataclass
@@ -303,6 +307,10 @@ def load_our_runtime(
         return translator().translate_batch([text], truncate=True, num_beams=1)[0]
 
     r = Runner(generate, encode, variant_files(pkg, variant))
+    if isinstance(rt, Generator):  # an LM: one window a call (its logits: 257 x vocabulary)
+        lm = rt
+        r.nll = lambda windows: _summed([-float(lm.score_ids([w])[0].sum()) for w in windows],
+                                        windows)  # fmt: skip
     if job.shape.is_ed:
         words = [
             rt.model.tokenizer.id_to_token(i) or "" for i in range(pkg.config.model.vocab_size)
@@ -310,6 +318,11 @@ def load_our_runtime(
         r.translate_file = file_timer(words, translate_file)
         TextPath(translate_texts, one, text_file).attach(r)
     return r
+
+
+def _summed(nlls: list[float], windows: list[list[int]]) -> dict:
+    """Runner.nll's answer from each window's nll."""
+    return {"nll": sum(nlls), "tokens": sum(len(w) - 1 for w in windows)}
 
 
 # ---- peers: Hugging Face PyTorch, Optimum, CTranslate2 -----------------------------------------
@@ -362,7 +375,16 @@ def load_hf_torch(job: Job) -> Runner:
     encode = _hf_encode(model.get_encoder()) if job.shape.is_ed else None
     files = sorted(path.glob("*.safetensors"))
     generate = _hf_generate(model, job.shape.is_ed, pad, forced_target(job.shape))
-    return Runner(generate, encode, files)
+    r = Runner(generate, encode, files)
+    if not job.shape.is_ed:
+
+        @torch.inference_mode()
+        def nll(windows):
+            return _summed([logits_nll(model(torch.tensor([w])).logits[0, :-1].numpy(), w[1:])
+                            for w in windows], windows)  # fmt: skip
+
+        r.nll = nll
+    return r
 
 
 def load_hf_llama(job: Job) -> Runner:
@@ -563,15 +585,35 @@ def load_genai(job: Job, precision: str) -> Runner:
             gen.generate_next_token()
         return [np.asarray(gen.get_sequence(i))[P:].tolist() for i in range(B)]
 
+    def nll(windows):
+        """Each window as a prompt: genai's own run of it gives every position's logits."""
+        total = []
+        for w in windows:
+            params = og.GeneratorParams(model)
+            params.set_search_options(batch_size=1, max_length=len(w) + 1)
+            gen = og.Generator(model, params)
+            gen.append_tokens(np.asarray([w], dtype=np.int32))
+            logits = np.asarray(gen.get_output("logits"))[0, :-1]  # (T, V): every position
+            total.append(logits_nll(logits, w[1:]))
+        return _summed(total, windows)
+
     files = sorted(f for f in path.iterdir() if f.suffix in (".onnx", ".data"))
-    return Runner(generate, None, files)
+    return Runner(generate, None, files, nll=nll)
 
 
 def load_llamacpp(job: Job, quant: str) -> Runner:
     """llama.cpp (llama-cpp-python's bindings of llama.h) on the GGUF quantized at `quant`
     (benchmarks.llamacpp: one context, a sequence per row, greedy with EOS banned)."""
-    from .llamacpp import load
+    from .llamacpp import load, perplexity
 
-    path = artifacts.gguf_quantized(job.shape, job.work, quant, job.threads) / "model.gguf"
+    if quant == "gguf":  # the --hf run's own file, as given
+        path = artifacts.gguf_original(job.shape)
+    else:
+        path = artifacts.gguf_quantized(job.shape, job.work, quant, job.threads) / "model.gguf"
     generate, close = load(path, job.threads)
-    return Runner(generate, None, [path], close=close)
+
+    def nll(windows):
+        got = perplexity(path, windows, job.threads)
+        return {"nll": got["nll"], "tokens": got["tokens"]}
+
+    return Runner(generate, None, [path], close=close, nll=nll)

@@ -29,6 +29,7 @@ from .shapes import (
     Workload,
     is_shape_spec,
 )
+from .weights import HF_STACKS, HF_WORKLOADS
 
 # Results go under the working directory's runs/ (git-ignored in this repository), never into
 # the committed benchmarks/results/ unless that is given with --out.
@@ -76,12 +77,17 @@ class Settings:
     llama_python: str | None = None
     # translation packages for the quality / speed frontier, "PATH" or "NAME=PATH" (frontier.py)
     frontier: tuple[str, ...] = ()
+    # a real model's own weights, every stack on them, perplexity beside speed (weights.py): a
+    # Hugging Face folder or a .gguf file; replaces --shapes
+    hf: str | None = None
 
     def __post_init__(self):
         for w in self.workloads:
             if w not in WORKLOADS and w not in ("sweep", "file"):
                 raise ValueError(f"unknown workload {w!r}; expected W1, W2, W3, W4, sweep, file")
         for s in self.shapes:
+            if self.hf and s == "hf":
+                continue
             if not is_shape_spec(s):
                 known = ", ".join(["ed", "lm", *SHAPE_GROUPS, *REAL_SHAPES])
                 raise ValueError(
@@ -100,17 +106,21 @@ class Settings:
     def from_args(cls, args) -> Settings:
         """From `edgeformer bench`'s parsed arguments (benchmarks.cli.add_arguments)."""
         q = args.quick
+        hf = getattr(args, "hf", None)
         sweep = tuple(int(b) for b in _csv(args.sweep_batches or ""))
         shapes = tuple(x for s in _csv(args.shapes) for x in SHAPE_GROUPS.get(s, (s,)))
-        real = bool(shapes) and all(s not in ("ed", "lm") for s in shapes)
+        real = bool(hf) or (bool(shapes) and all(s not in ("ed", "lm") for s in shapes))
         # --frontier alone runs only the frontier; --workloads adds the speed workloads
         default = REAL_WORKLOADS if real else DEFAULT_WORKLOADS
+        if hf:  # batch 1 (W4's long prompt: its TTFT), not with --quick
+            default = "W1" if q else HF_WORKLOADS
         workloads = args.workloads or ("none" if args.frontier else default)
+        stacks = ",".join(HF_STACKS) if hf and args.stacks == "all" else args.stacks
         return cls(
             quick=q,
-            shapes=shapes,
+            shapes=("hf",) if hf else shapes,
             workloads=tuple(w for w in _csv(workloads) if w.lower() != "none"),
-            stacks=args.stacks,
+            stacks=stacks,
             threads=args.threads,
             rounds=args.rounds
             if args.rounds is not None
@@ -135,6 +145,7 @@ class Settings:
             optimum_python=optimum_env.resolve(args.optimum_python),
             llama_python=llama_env.resolve(getattr(args, "llama_python", None)),
             frontier=tuple(args.frontier),
+            hf=str(hf) if hf else None,
         )
 
     def to_dict(self) -> dict:

@@ -44,6 +44,8 @@ class Shape:
 
     def describe(self) -> str:
         c = self.cfg
+        if self.hf is not None and self.hf.get("_bench_weights"):  # --hf: its own weights
+            return f"{self.name}: the weights of {self.hf.get('_bench_source')}"
         if self.hf is not None:
             return f"{self.name}: random weights at the shape of {real_title(self.hf)}"
         layers = f"{c.n_encoder_layers}+{c.n_decoder_layers}" if self.is_ed else c.n_decoder_layers

@@ -30,6 +30,7 @@ from . import artifacts, llama_env, optimum_env, runners
 from .runners import Runner
 from .settings import Job, Settings
 from .shapes import Shape, languages, make_inputs
+from .weights import NO_GGUF, gguf_of, prompt_rows
 
 ED, LM = "encoder-decoder", "decoder-only"
 
@@ -146,6 +147,12 @@ def all_stacks(cuda: bool = False) -> list[Stack]:
         stacks.append(Stack(f"llamacpp-{quant}", "peers", precision, "hf-torch-llama",
                             gguf(quant), partial(runners.load_llamacpp, quant=quant),
                             ("llama_cpp",), **own_llama))  # fmt: skip
+    # an --hf FILE.gguf run: the file itself (its own types), nothing converted or quantized
+    original = {**own_llama, "shared": None}
+    stacks.append(Stack("llamacpp-gguf", "peers", "gguf", "hf-torch-llama",
+                        lambda job: artifacts.gguf_original(job.shape),
+                        partial(runners.load_llamacpp, quant="gguf"), ("llama_cpp",),
+                        **original))  # fmt: skip
     return stacks
 
 
@@ -239,6 +246,9 @@ def skip_reason(stack: Stack, shape: Shape, job: Job) -> str | None:
     if shape.real and (stack.name in SAME_ON_REAL or stack.name.startswith(LLAMA_OURS)):
         other = SAME_ON_REAL.get(stack.name, stack.name.replace(LLAMA_OURS, "edgeformer-"))
         return REAL_DUPLICATE.format(other=other)
+    if (stack.variant == "gguf" or stack.name == "llamacpp-gguf") and gguf_of(shape) is None:
+        return NO_GGUF.format(what="gguf variant (a GGUF file's own blocks)"
+                              if stack.variant else "original file")  # fmt: skip
     if stack.env == "llamacpp":  # only in its own environment
         return llama_env.problem(job.settings.llama_python)
     if elsewhere(stack, job.settings):
@@ -265,10 +275,11 @@ def cuda_available() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
-def package_variants(stacks: list[Stack]) -> tuple[str, ...]:
-    """The package variants the selected stacks of our runtime need (fp32 always)."""
-    wanted = {s.variant for s in stacks if s.variant}
-    return ("fp32", *sorted(wanted - {"fp32"}))
+def package_variants(stacks: list[Stack], gguf: bool = False) -> tuple[str, ...]:
+    """The package variants the selected stacks of our runtime need (fp32 always); `gguf`
+    only where the model comes from a GGUF file (`gguf`: an --hf FILE.gguf run)."""
+    wanted = {s.variant for s in stacks if s.variant} - ({"fp32"} if gguf else {"fp32", "gguf"})
+    return ("fp32", *sorted(wanted))
 
 
 def inputs_for(stack: Stack, shape: Shape, batch: int, length: int) -> list[list[int]]:
@@ -276,6 +287,9 @@ def inputs_for(stack: Stack, shape: Shape, batch: int, length: int) -> list[list
     from 4), the HF GPT-2 / Marian models' (from 2, below the last id) or the Llama's (from 3);
     a multilingual shape's sources start with the source language (NLLB's `eng_Latn` words
     `</s>`, words from 4, below the language codes)."""
+    text = prompt_rows(shape, batch, length)
+    if text is not None and stack.vocab != "ours":  # --hf: the text's ids, the model's own
+        return text
     V = shape.cfg.vocab_size
     lang = languages(shape)
     if lang is not None and stack.vocab != "ours":  # NLLB: `eng_Latn words </s>`

@@ -545,6 +545,10 @@ def test_work_folder_replaces_only_what_bench_built(tmp_path):
     (built / "model.onnx").write_text("old")
     assert (_cached(built, {"v": 1}, build) / "model.onnx").read_text() == "old"  # reused
     assert (_cached(built, {"v": 2}, build) / "model.onnx").read_text() == "built"  # rebuilt
+    # a key holding a tuple (a recipe's more_bits) is the same key when its stamp reads back
+    assert (_cached(built, {"v": (1, 2)}, build) / "model.onnx").read_text() == "built"
+    (built / "model.onnx").write_text("old")
+    assert (_cached(built, {"v": (1, 2)}, build) / "model.onnx").read_text() == "old"
 
     def killed(path: Path) -> None:
         path.mkdir()

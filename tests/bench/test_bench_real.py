@@ -152,7 +152,7 @@ def test_llamacpp_stacks_skip_with_the_reason_when_no_environment(tmp_path, monk
     s = _settings("--stacks", "llamacpp")
     assert s.llama_python is None
     names = [x.name for x in select_stacks("llamacpp")]
-    assert names == ["llamacpp-q8_0", "llamacpp-q4_0", "llamacpp-q4_k_m"]
+    assert names == ["llamacpp-q8_0", "llamacpp-q4_0", "llamacpp-q4_k_m", "llamacpp-gguf"]
     job = Job("", get_shape("lm", quick=True), tmp_path, s)
     reason = skip_reason(get_stack("llamacpp-q4_0"), job.shape, job)
     assert reason and "--make-llama-env" in reason
