@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .families import family_of
+from .families import family_of, layer_count
 from .reader import GGUFFile
 
 GGUF_BLOCKS = "gguf_blocks.safetensors"  # in the checkpoint: raw tensors, by GGUF name
@@ -35,9 +35,14 @@ def write_hf_folder(f: GGUFFile, out: Path) -> dict:
 
     arch, family = family_of(f)
     cfg = family.config(f, arch)
-    n_layers = cfg["num_hidden_layers"]
+    family.check_shapes(f, cfg)
+    n_layers = layer_count(cfg)
     tensors = {}
     for name in f.tensors:
+        if name in family.config_tensors or (
+            name == "output.weight" and cfg["tie_word_embeddings"]
+        ):
+            continue  # read into the config / the embedding's copy
         hf = family.hf_name(name, n_layers)
         tensors[hf] = np.ascontiguousarray(family.hf_tensor(name, f.dequantized(name), cfg))
     save_file(tensors, str(out / "model.safetensors"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib.metadata import version as _version
 from pathlib import Path
 
 import numpy as np
@@ -131,8 +132,8 @@ class GGUFFile:
             values = gguf.quants.dequantize(t.raw, kind)
         except NotImplementedError:
             raise ValueError(
-                f"{self.path}: tensor {name!r} is {t.type_name}, which gguf {gguf.__version__} "
-                "cannot dequantize"
+                f"{self.path}: tensor {name!r} is {t.type_name}, which gguf "
+                f"{_version('gguf')} cannot dequantize"
             ) from None
         values = np.asarray(values, dtype=np.float32).reshape(t.shape)
         if not np.isfinite(values).all():

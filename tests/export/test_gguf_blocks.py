@@ -115,6 +115,6 @@ def test_merged_rows_of_mixed_types_keep_their_values():
     assert np.abs(matmul_nbits(m, x) - want).max() <= 1e-5 * float(np.abs(want).max())
 
 
-@pytest.mark.parametrize("type_name", ["F32", "F16", "Q2_K", "Q3_K", "IQ4_NL"])
+@pytest.mark.parametrize("type_name", ["F32", "F16", "BF16", "IQ2_XXS", "IQ1_S", "TQ1_0"])
 def test_types_not_kept_are_none(type_name):
     assert gb.int_blocks(type_name, np.zeros((2, 64), np.uint8), 256) is None
