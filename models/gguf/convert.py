@@ -25,7 +25,8 @@ from .families import family_of, layer_count
 from .reader import GGUFFile
 
 GGUF_BLOCKS = "gguf_blocks.safetensors"  # in the checkpoint: raw tensors, by GGUF name
-END_KEYS = ("eos", "eot", "eom")  # tokenizer.ggml.{key}_token_id: llama.cpp's end-of-generation
+END_KEYS = ("eos", "eot", "eom")
+TYPES_TEXT_MAX = 160  # the checkpoint's and package's source fields hold 200 characters  # tokenizer.ggml.{key}_token_id: llama.cpp's end-of-generation
 
 
 def write_hf_folder(f: GGUFFile, out: Path) -> dict:
@@ -116,4 +117,12 @@ def types_text(f: GGUFFile) -> str:
     out: dict[str, int] = {}
     for t in f.tensors.values():
         out[t.type_name] = out.get(t.type_name, 0) + 1
-    return ", ".join(f"{k} {n}" for k, n in sorted(out.items(), key=lambda kv: -kv[1]))
+    parts = [(k, n) for k, n in sorted(out.items(), key=lambda kv: -kv[1])]
+    text = ""
+    for keep in range(len(parts), 0, -1):  # the source fields are short: say what is left out
+        rest = parts[keep:]
+        more = [f"{len(rest)} more types ({sum(n for _, n in rest)} tensors)"] if rest else []
+        text = ", ".join([f"{k} {n}" for k, n in parts[:keep]] + more)
+        if len(text) <= TYPES_TEXT_MAX:
+            break
+    return text

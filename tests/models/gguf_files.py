@@ -30,10 +30,19 @@ def llama_permute(w: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
-def quantized(gguf, t: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """(raw blocks, their gguf-py dequantization) of a (N, K) float32 matrix."""
+def quantized(gguf, t: np.ndarray, qtype: str, blocks=None) -> tuple[np.ndarray, np.ndarray]:
+    """(raw blocks, their gguf-py dequantization) of a (N, K) float32 matrix; blocks(type,
+    shape): the raw blocks of a type neither gguf-py nor k_quantize makes."""
     kind = gguf.GGMLQuantizationType[qtype]
-    raw = k_quantize(t, qtype) if qtype in K_QUANTIZERS else gguf.quants.quantize(t, kind)
+    if qtype in K_QUANTIZERS:
+        raw = k_quantize(t, qtype)
+    else:
+        try:
+            raw = gguf.quants.quantize(t, kind)
+        except NotImplementedError:
+            if blocks is None:
+                raise
+            raw = blocks(qtype, t.shape)
     raw = np.asarray(raw).reshape(t.shape[0], -1)
     values = np.asarray(gguf.quants.dequantize(raw, kind), np.float32).reshape(t.shape)
     return raw, values
@@ -137,6 +146,7 @@ def write_gguf(
     qtype: str | Callable[[str], str],
     extra_metadata: dict | None = None,
     name: str = "test-model",
+    blocks=None,
 ) -> dict[str, np.ndarray]:
     """The transformers model `hf` as a GGUF file of `arch`, its matrices in `qtype` (or
     qtype(gguf name)); returns the HF tensors' values as the file holds them (dequantized)."""
@@ -172,9 +182,9 @@ def write_gguf(
             t = np.ascontiguousarray(t.T)
         if arch.startswith("gemma") and hf_name.endswith("norm.weight"):
             t = t + 1  # llama.cpp stores Gemma's (1 + w)
-        kind = qtype(gname) if callable(qtype) else qtype
+        kind = "F32" if t.ndim != 2 else qtype(gname) if callable(qtype) else qtype
         if t.ndim == 2 and kind != "F32" and not gname.startswith("position_embd"):
-            raw, deq = quantized(gguf, t, kind)
+            raw, deq = quantized(gguf, t, kind, blocks)
             w.add_tensor(gname, raw, raw_dtype=gguf.GGMLQuantizationType[kind])
             back = deq
             if heads is not None:
@@ -185,8 +195,6 @@ def write_gguf(
         else:
             w.add_tensor(gname, t)
             values[hf_name] = p.detach().float().numpy()
-    if arch == "gpt2" and "lm_head.weight" not in sd:  # llama.cpp writes the tied head too
-        pass
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
