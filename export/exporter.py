@@ -320,8 +320,9 @@ def write_package(
             weights = files.pop("weights")
             description = spec.description
             if kept:
-                description += f"; kept from {ckpt_config['source']['file']}: {kept_text(kept, spec.bits or 8)}"
-                _log(verbose, f"{variant}: {kept_text(kept, spec.bits or 8)}")
+                said = kept_text(kept, spec.bits or 8)
+                description += f"; kept from {ckpt_config['source']['file']}: {said}"
+                _log(verbose, f"{variant}: {said}")
             entries[variant] = VariantEntry(files, weights, spec.io_dtype, description)
             size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
             _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")

@@ -25,8 +25,8 @@ from .families import family_of, layer_count
 from .reader import GGUFFile
 
 GGUF_BLOCKS = "gguf_blocks.safetensors"  # in the checkpoint: raw tensors, by GGUF name
-END_KEYS = ("eos", "eot", "eom")
-TYPES_TEXT_MAX = 160  # the checkpoint's and package's source fields hold 200 characters  # tokenizer.ggml.{key}_token_id: llama.cpp's end-of-generation
+END_KEYS = ("eos", "eot", "eom")  # tokenizer.ggml.{key}_token_id: llama.cpp's end-of-generation
+TYPES_TEXT_MAX = 160  # the checkpoint's and package's source fields hold 200 characters
 
 
 def write_hf_folder(f: GGUFFile, out: Path) -> dict:

@@ -247,7 +247,10 @@ class Family:
             stem, _, kind = name.rpartition(".")
             want = shapes.get(stem)
             if want is None:
-                self.hf_name(name, cfg["num_hidden_layers"])  # names what is unknown
+                try:
+                    self.hf_name(name, cfg["num_hidden_layers"])  # names what is unknown
+                except ValueError as e:
+                    raise ValueError(f"{f.path}: {e}") from None
                 continue
             want = want if kind == "weight" else want[:1]
             if t.shape != want:
@@ -267,7 +270,7 @@ class Family:
             )
 
     def required_layer_tensors(self) -> tuple[str, ...]:
-        names = ("attn_norm", "attn_output", "ffn_norm", "ffn_up", "ffn_down")
+        names: tuple[str, ...] = ("attn_norm", "attn_output", "ffn_norm", "ffn_up", "ffn_down")
         if "attn_q" in self.layer_tensors:
             names += ("attn_q", "attn_k", "attn_v")
         if "ffn_gate" in self.layer_tensors:

@@ -147,6 +147,8 @@ def write_gguf(
     extra_metadata: dict | None = None,
     name: str = "test-model",
     blocks=None,
+    metadata: dict | None = None,
+    tensors: Callable | None = None,
 ) -> dict[str, np.ndarray]:
     """The transformers model `hf` as a GGUF file of `arch`, its matrices in `qtype` (or
     qtype(gguf name)); returns the HF tensors' values as the file holds them (dequantized)."""
@@ -154,6 +156,16 @@ def write_gguf(
 
     cfg = hf.config
     w = gguf.GGUFWriter(str(path), arch)
+    if metadata:  # key -> None (left out) or (value, GGUFValueType): a hostile file's metadata
+        add = w.add_key_value
+
+        def add_key_value(key, val, vtype, sub_type=None):
+            if key not in metadata:
+                return add(key, val, vtype, sub_type)
+            if metadata[key] is not None:
+                return add(key, *metadata[key])
+
+        w.add_key_value = add_key_value  # type: ignore[method-assign]
     w.add_name(name)
     write_metadata(w, arch, cfg, extra_metadata)
     write_tokenizer_metadata(w, tokenizer_json)
@@ -182,6 +194,11 @@ def write_gguf(
             t = np.ascontiguousarray(t.T)
         if arch.startswith("gemma") and hf_name.endswith("norm.weight"):
             t = t + 1  # llama.cpp stores Gemma's (1 + w)
+        if tensors is not None:  # a hostile file's tensors: (name, values) or None (left out)
+            changed = tensors(gname, t)
+            if changed is None:
+                continue
+            gname, t = changed
         kind = "F32" if t.ndim != 2 else qtype(gname) if callable(qtype) else qtype
         if t.ndim == 2 and kind != "F32" and not gname.startswith("position_embd"):
             raw, deq = quantized(gguf, t, kind, blocks)

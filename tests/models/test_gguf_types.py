@@ -33,7 +33,8 @@ TYPES = EXACT + NEAR + REQUANTIZED
 SLOTS = ("attn_q", "attn_output", "ffn_gate", "ffn_down")  # q/k/v: attn_q's, up: ffn_gate's
 CONFIG = dict(vocab_size=280, hidden_size=256, intermediate_size=512, num_hidden_layers=6,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-              initializer_range=0.05, bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)  # fmt: skip
+              initializer_range=0.05, bos_token_id=0, eos_token_id=0,
+              tie_word_embeddings=False)  # fmt: skip
 
 
 def slot_types() -> dict[str, str]:
