@@ -247,21 +247,24 @@ def k_quantize(t: np.ndarray, qtype: str) -> np.ndarray:
     return _q2k(x).reshape(N, -1)
 
 
+def _min_fit(sub: np.ndarray, top: int, levels: int):
+    """A K type's sub-block fit, value = d sc q - dmin m: (d, dmin, sc, mn, d sc, dmin m) with
+    sc / mn integers in [0, levels], d / dmin as fp16 stores them."""
+    lo = np.minimum(sub.min(-1), 0)
+    scale = (sub.max(-1) - lo) / top
+    d = np.maximum(scale.max(-1), 1e-12) / levels
+    dmin = np.maximum((-lo).max(-1), 1e-12) / levels
+    d16 = d.astype(np.float16).astype(np.float32)
+    dmin16 = dmin.astype(np.float16).astype(np.float32)
+    sc = np.clip(np.rint(scale / d16[..., None]), 0, levels).astype(np.uint8)
+    mn = np.clip(np.rint(-lo / dmin16[..., None]), 0, levels).astype(np.uint8)
+    return d, dmin, sc, mn, d16[..., None] * sc, dmin16[..., None] * mn
+
+
 def _q45k(x: np.ndarray, top: int) -> np.ndarray:
     N, S, _ = x.shape
     sub = x.reshape(N, S, 8, 32)
-    lo = np.minimum(sub.min(-1), 0)  # (N, S, 8): value = scale q - min
-    scale = (sub.max(-1) - lo) / top
-    d = np.maximum(scale.max(-1), 1e-12) / 63
-    dmin = np.maximum((-lo).max(-1), 1e-12) / 63
-    d16, dmin16 = (
-        d.astype(np.float16).astype(np.float32),
-        dmin.astype(np.float16).astype(np.float32),
-    )
-    sc = np.clip(np.rint(scale / d16[..., None]), 0, 63).astype(np.uint8)
-    mn = np.clip(np.rint(-lo / dmin16[..., None]), 0, 63).astype(np.uint8)
-    eff_s = d16[..., None] * sc
-    eff_m = dmin16[..., None] * mn
+    d, dmin, sc, mn, eff_s, eff_m = _min_fit(sub, top, 63)
     safe = np.where(eff_s > 0, eff_s, 1)
     q = np.clip(np.rint((sub + eff_m[..., None]) / safe[..., None]), 0, top).astype(np.uint8)
     scales = np.zeros((N, S, 12), np.uint8)
@@ -335,17 +338,7 @@ def _q2k(x: np.ndarray) -> np.ndarray:
     """Q2_K: value = d sc q - dmin m per 16 values, q 2 bits, sc / m 4 bits."""
     N, S, _ = x.shape
     sub = x.reshape(N, S, 16, 16)
-    lo = np.minimum(sub.min(-1), 0)
-    scale = (sub.max(-1) - lo) / 3
-    d = np.maximum(scale.max(-1), 1e-12) / 15
-    dmin = np.maximum((-lo).max(-1), 1e-12) / 15
-    d16, dmin16 = (
-        d.astype(np.float16).astype(np.float32),
-        dmin.astype(np.float16).astype(np.float32),
-    )
-    sc = np.clip(np.rint(scale / d16[..., None]), 0, 15).astype(np.uint8)
-    mn = np.clip(np.rint(-lo / dmin16[..., None]), 0, 15).astype(np.uint8)
-    eff_s, eff_m = d16[..., None] * sc, dmin16[..., None] * mn
+    d, dmin, sc, mn, eff_s, eff_m = _min_fit(sub, 3, 15)
     safe = np.where(eff_s > 0, eff_s, 1)
     q = np.clip(np.rint((sub + eff_m[..., None]) / safe[..., None]), 0, 3).astype(np.uint8)
     q = q.reshape(N, S, 256)
