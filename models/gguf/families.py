@@ -10,14 +10,14 @@ config.json and how its tensor names become the transformers names (models/hf lo
     output_norm.weight           model.norm.weight
     output.weight                lm_head.weight (absent, or the embedding's bytes: tied)
 
-Every decoder family models/hf converts whose GGUF form llama.cpp writes: llama (Llama, Mistral,
-SmolLM2, TinyLlama), qwen2, qwen3, phi3 (fused qkv and gate/up), gemma / gemma2 / gemma3 (the
-file's norms hold 1 + w), gpt2 (Conv1D weights: transposed back). Metadata keys and tensor names
-are llama.cpp's (gguf-py's constants), the config keys transformers' for the same model, the
-values llama.cpp's meaning of them (its attention scale for Gemma, its sliding layer pattern).
-Anything the file holds that a family does not map, a tensor of another shape than the config
-says, or a metadata value of the wrong kind is an error naming the file and the field, never a
-silently different model.
+Every decoder family models/hf converts whose GGUF form transformers' GGUF loader reads: llama
+(Llama, Mistral, SmolLM2, TinyLlama), qwen2, qwen3, phi3 (fused qkv and gate/up), gemma2 /
+gemma3 (the file's norms hold 1 + w), gpt2 (Conv1D weights: transposed back). Metadata keys and
+tensor names are llama.cpp's (gguf-py's constants), the config keys transformers' for the same
+model, the values llama.cpp's meaning of them (its attention scale for Gemma, its sliding layer
+pattern). Anything the file holds that a family does not map, a tensor of another shape than
+the config says, or a metadata value of the wrong kind is an error naming the file and the
+field, never a silently different model.
 """
 
 from __future__ import annotations
