@@ -84,18 +84,32 @@ def test_shape_the_metadata_does_not_explain(model):
     refused(path, "'blk.0.ffn_gate.weight'", "(128, 64)", "(96, 64)")
 
 
+def tensor_info_at(data: bytes, name: str) -> tuple[int, int]:
+    """(where a tensor's info starts after its name, its n_dims): name (u64 length + bytes),
+    n_dims u32, dims u64 each (innermost first), type u32, offset u64."""
+    raw = name.encode()
+    at = data.index(struct.pack("<Q", len(raw)) + raw) + 8 + len(raw)
+    return at, struct.unpack_from("<I", data, at)[0]
+
+
 def test_unknown_type_id(model):
     path = written(model, "type-id")
-    f = gguf.GGUFReader(path)
-    t = f.tensors[0]
+    name = gguf.GGUFReader(path).tensors[0].name
     data = bytearray(path.read_bytes())
-    # tensor info: name (u64 length + bytes), n_dims u32, dims u64 each, type u32, offset u64
-    name = t.name.encode()
-    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
-    n_dims = struct.unpack_from("<I", data, at)[0]
+    at, n_dims = tensor_info_at(data, name)
     struct.pack_into("<I", data, at + 4 + 8 * n_dims, 99)
     path.write_bytes(bytes(data))
-    refused(path, repr(t.name), "99")
+    refused(path, repr(name), "GGML type id 99")
+
+
+def test_row_not_whole_blocks(model):
+    """A Q8_0 matrix whose header says rows of 48 values (blocks of 32)."""
+    path = written(model, "blocks")
+    data = bytearray(path.read_bytes())
+    at, _ = tensor_info_at(data, "blk.0.attn_q.weight")
+    struct.pack_into("<Q", data, at + 4, 48)
+    path.write_bytes(bytes(data))
+    refused(path, "'blk.0.attn_q.weight'", "does not fit Q8_0 blocks of 32")
 
 
 def test_missing_metadata_key(model):
