@@ -65,6 +65,18 @@ def _verify() -> Command:
     return verify
 
 
+def _serve() -> Command:
+    from ..runtime.serve import cli
+
+    return cli
+
+
+def _serve_bench() -> Command:
+    from ..runtime.serve import bench
+
+    return bench
+
+
 def _bench() -> Command:
     from ..benchmarks import cli
 
@@ -82,6 +94,8 @@ COMMANDS: dict[str, tuple[Callable[[], Command], str]] = {
     "score": (_runtime, "log-probabilities of given texts under a package"),
     "info": (_runtime, "describe a model package: model, variants, graphs"),
     "verify": (_verify, "check a package on this machine against PyTorch"),
+    "serve": (_serve, "serve packages over HTTP: an OpenAI-compatible server"),
+    "serve-bench": (_serve_bench, "measure the server under 1 / 4 / 16 concurrent clients"),
     "bench": (_bench, "benchmark speed and quality against peers"),
 }
 
@@ -101,6 +115,8 @@ NEEDS = {
     "score": (("onnxruntime",), "cpu"),
     "info": (("onnxruntime",), "cpu"),
     "verify": (("onnxruntime",), "cpu"),
+    "serve": (("onnxruntime", "starlette", "uvicorn", "prometheus_client"), "cpu,serve"),
+    "serve-bench": (("onnxruntime", "starlette", "uvicorn", "prometheus_client"), "cpu,serve"),
 }
 
 

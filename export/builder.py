@@ -43,7 +43,7 @@ import numpy as np
 
 from ..core.config import FULL, SLIDING
 from ..core.format import ED_LENGTHS, LOGITS_3D, attention_head_size, io_names
-from . import gguf_blocks
+from . import gguf_blocks, quantize
 from .gptq import Hessians, gptq_int4
 from .recipes import VariantSpec, more_bits_layer
 
@@ -71,11 +71,12 @@ def _packed(*linears) -> SimpleNamespace:
 
 @dataclass(frozen=True)
 class NBits:
-    """A weight in MatMulNBits' layout (symmetric: the zero point implied): its initializers'
-    names and the node attributes it needs."""
+    """A weight in MatMulNBits' layout: its initializers' names (zero_points "": implied) and
+    the node attributes it needs."""
 
     packed: str
     scales: str
+    zero_points: str
     bits: int
     block: int
 
@@ -152,42 +153,6 @@ class Graph:
         model.ir_version = IR_VERSION
         model.producer_name = "edgeformer"
         return model
-
-
-SCALE_GRID = np.linspace(0.70, 1.0, 16, dtype=np.float32)  # of the absmax scale, both signs
-
-
-def _int4_mse_blocks(w_nk: np.ndarray, bs: int) -> tuple[np.ndarray, np.ndarray]:
-    """MatMulNBits' symmetric 4-bit (packed (N, K/bs, bs/2), scales (N, K/bs)) of a (N, K)
-    weight (K a multiple of bs) with each block's scale chosen to minimise its squared
-    error: the absmax scale (the block's largest-magnitude value -> -8, onnxruntime's
-    `quantize_matmul_4bits`) shrunk by SCALE_GRID, or that value -> +7 likewise; stored as
-    onnxruntime stores them (q + 8, two per byte, the first in the low nibble)."""
-    N, K = w_nk.shape
-    blocks = w_nk.reshape(N, K // bs, bs)
-    idx = np.abs(blocks).argmax(-1)[..., None]
-    peak = np.take_along_axis(blocks, idx, -1)  # (N, KB, 1): signed largest magnitude
-    cands = np.concatenate([peak / -8.0 * SCALE_GRID, peak / 7.0 * SCALE_GRID], -1)
-    cands = np.where(cands == 0, 1.0, cands).astype(np.float32)  # (N, KB, F)
-    best = np.full(peak.shape[:2], np.inf, np.float32)
-    scales = np.ones(peak.shape[:2], np.float32)
-    for f in range(cands.shape[-1]):
-        s = cands[..., f : f + 1]
-        err = ((np.clip(np.rint(blocks / s), -8, 7) * s - blocks) ** 2).sum(-1)
-        better = err < best
-        best, scales = np.where(better, err, best), np.where(better, s[..., 0], scales)
-    scales = np.where(peak[..., 0] == 0, 0.0, scales).astype(np.float32)
-    return _int4_pack(w_nk, scales, bs), scales
-
-
-def _int4_pack(w_nk: np.ndarray, scales: np.ndarray, bs: int) -> np.ndarray:
-    """(N, K) weight and (N, K/bs) scales -> MatMulNBits' 4-bit (N, K/bs, bs/2) bytes: q + 8
-    (q = round(w / scale) in [-8, 7], 0 for a zero scale), two per byte, the first low."""
-    N, K = w_nk.shape
-    blocks = w_nk.reshape(N, K // bs, bs)
-    safe = np.where(scales == 0, 1.0, scales)[..., None]
-    q = (np.clip(np.rint(blocks / safe), -8, 7) + 8).astype(np.uint8)
-    return q[..., 0::2] | (q[..., 1::2] << 4)
 
 
 class Builder:
@@ -277,27 +242,37 @@ class Builder:
 
     # -- weights -------------------------------------------------------------------------------
     def _nbits(
-        self, g: Graph, name: str, w_nk: np.ndarray, bits: int, H: np.ndarray | None = None
+        self,
+        g: Graph,
+        name: str,
+        w_nk: np.ndarray,
+        bits: int,
+        H: np.ndarray | None = None,
+        asymmetric: bool = False,
     ) -> NBits:
         """A (N, K) weight in MatMulNBits' layout (blocks along K): the GGUF file's own blocks
-        where the variant keeps them (export/gguf_blocks.py), else quantized here: symmetric
-        (zero point implied), GPTQ for 4 bits when the spec has it and H (the layer's input
-        Hessian) is known, or error-minimising scales (scale_search)."""
+        where the variant keeps them (export/gguf_blocks.py), else quantized here
+        (export/quantize.py): GPTQ for 4 bits when the spec has it and H (the layer's input
+        Hessian) is known, error-minimising scales (scale_search), with a zero point per block
+        when `asymmetric` (4 bits), else onnxruntime's absmax blocks."""
         key = f"{name}.q{bits}"
         if key not in self.layouts:
             found, report = self._native(name, w_nk)
             if found is not None:
-                packed, scales = gguf_blocks.pack(found)
-                self.layouts[key] = (found.bits, found.block)
+                blocks = quantize.Blocks(found.bits, found.block, found.q, found.scales)
             else:
-                packed, scales = self._quantize(w_nk, bits, H)
-                self.layouts[key] = (bits, self.spec.block_size)
+                blocks = self._quantize(w_nk, bits, H, asymmetric)
                 if report is not None:  # the gguf variant re-quantized it: what that cost
-                    err = gguf_blocks.requantized_error(w_nk, packed, scales, bits)
+                    err = float(np.abs(blocks.values()[:, : w_nk.shape[1]] - w_nk).max())
                     report["max_error"] = max(report["max_error"], err)
-            self.inits[key], self.inits[f"{key}.scales"] = packed, scales
+            self.layouts[key] = (blocks.bits, blocks.block)
+            self.inits[key], self.inits[f"{key}.scales"] = blocks.packed, blocks.scales
+            if (zp := blocks.packed_zero_points) is not None:
+                self.inits[f"{key}.zero_points"] = zp
+        zp_key = f"{key}.zero_points"
         return NBits(
             g.weight(key, self.inits[key]), g.weight(f"{key}.scales", self.inits[f"{key}.scales"]),
+            g.weight(zp_key, self.inits[zp_key]) if zp_key in self.inits else "",
             *self.layouts[key],
         )  # fmt: skip
 
@@ -324,34 +299,31 @@ class Builder:
                 found.scales = found.scales * np.float32(scale)
         return found, entry
 
-    def _quantize(self, w_nk: np.ndarray, bits: int, H: np.ndarray | None):
-        """(packed (N, K/bs, bs bits/8), scales (N, K/bs)) quantized here, symmetric."""
-        from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
-
+    def _quantize(
+        self, w_nk: np.ndarray, bits: int, H: np.ndarray | None, asymmetric: bool
+    ) -> quantize.Blocks:
+        """The weight's blocks quantized here (K zero-padded to whole blocks)."""
         N, K = w_nk.shape
         bs = self.spec.block_size
-        k_blocks = (K + bs - 1) // bs
-        w_kn = np.ascontiguousarray(np.pad(w_nk.T, ((0, k_blocks * bs - K), (0, 0))))
-        packed = np.zeros((N, k_blocks, bs * bits // 8), dtype=np.uint8)
-        scales = np.zeros((N, k_blocks), dtype=np.float32)
-        zero_points = np.zeros((N, k_blocks), dtype=np.uint8)  # unused when symmetric
+        pad = -K % bs
+        w = np.pad(w_nk.astype(np.float32), ((0, 0), (0, pad)))
         if bits == 4 and self.spec.gptq and H is not None:
-            pad = k_blocks * bs - K
-            deq, scales = gptq_int4(w_kn.T, np.pad(H, ((0, pad), (0, pad))), bs)
-            packed = _int4_pack(deq, scales, bs)
-        elif bits == 4 and self.spec.scale_search:
-            packed, scales = _int4_mse_blocks(w_kn.T, bs)
-        else:
-            fn = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
-            fn(packed, w_kn, scales, zero_points, bs, N, K, True)
-        return packed, scales
+            return gptq_int4(w, np.pad(H, ((0, pad), (0, pad))), bs, asymmetric)
+        if bits == 4 and asymmetric:
+            return quantize.asymmetric(w, bs)
+        if bits == 4 and self.spec.scale_search:
+            return quantize.searched(w, bs)
+        return quantize.absmax(w, bits, bs)
 
     def _matmul_nbits(
         self, g: Graph, x: str, w: NBits, shape: tuple[int, ...], bias: str = ""
     ) -> str:
-        """x (.., K) -> (.., N) through MatMulNBits, shape (N, K) (its bias: when given)."""
+        """x (.., K) -> (.., N) through MatMulNBits, shape (N, K) (its zero points and bias:
+        when given; trailing empty inputs left out)."""
         N, K = shape
-        ins = [x, w.packed, w.scales, *(["", "", bias] if bias else [])]
+        ins = [x, w.packed, w.scales, w.zero_points, "", bias]
+        while not ins[-1]:
+            ins.pop()
         return g.op(
             "MatMulNBits", ins, domain=MS, K=K, N=N, bits=w.bits, block_size=w.block,
             accuracy_level=self.spec.accuracy_level,
@@ -402,7 +374,7 @@ class Builder:
                 padded = np.zeros((w.shape[1], w.shape[1]), H.dtype)
                 padded[np.ix_(k_index, k_index)] = H
                 H = padded
-            nb = self._nbits(g, name, w, bits, H)
+            nb = self._nbits(g, name, w, bits, H, self.spec.asymmetric and bits == 4)
             y = self._matmul_nbits(g, x, nb, w.shape, bias if (bias and add_bias) else "")
             return (y, None) if add_bias else (y, bias)
         y = g.op("MatMul", [x, g.weight(f"{name}.weight_t", w.T)])

@@ -46,6 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> N
         "writes required_operators.config) (default: onnx)",
     )
     parser.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="TEXT",
+        help="GPTQ for int4 of a decoder-only model on this text: shakespeare or multi30k (their "
+        "training splits, bundled) or a UTF-8 text file (default: the model's bundled training "
+        "data when it has some; a converted model: none, scales fitted to each block)",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="replace an existing OUT_DIR package (default: refuse)"
     )
     parser.add_argument(
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         path = export_package(
             args.checkpoint, args.out_dir, variants=args.quantize, force=args.force,
             verbose=not args.quiet, graph_format=args.format, verify=not args.no_verify,
+            calibrate_on=args.calibrate,
         )  # fmt: skip
     except ParityError as e:
         print(f"edgeformer export: {e}", file=sys.stderr)

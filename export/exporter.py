@@ -49,7 +49,7 @@ from ..runtime.tokenizer import genai_tokenizer_problem, make_probe
 from .builder import OPSET, build_graphs
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .ort_format import to_ort_format
-from .quality import calibration_batches
+from .quality import calibration_batches, calibration_text, text_calibration_batches
 from .recipes import VARIANT_SPECS, variant_spec
 from .source import checkpoint_folder
 from .verify import check_parity, golden_record
@@ -241,15 +241,25 @@ def kept_text(kept: dict[str, dict], bits: int = 8) -> str:
 
 
 def calibrate(
-    model, checkpoint_dir: Path, data: TrainingData | None, variants: list[str], verbose: bool
+    model,
+    checkpoint_dir: Path,
+    data: TrainingData | None,
+    variants: list[str],
+    verbose: bool,
+    text: tuple[str, str] | None = None,
 ) -> tuple[Hessians, str | None]:
-    """GPTQ's input Hessians and their description, when a variant wants them and the
-    checkpoint's training data is at hand; else (None, None): scales fitted per block."""
+    """GPTQ's input Hessians and their description, when a variant wants them and there is a
+    calibration text (`text`: (text, what), a decoder-only model) or the checkpoint's training
+    data is at hand; else (None, None): scales fitted per block."""
     if not any(VARIANT_SPECS[v].gptq for v in variants):
         return None, None
-    found = calibration_batches(model, checkpoint_dir, data, CALIBRATION_EXAMPLES)
+    if text is not None:
+        found = text_calibration_batches(model, checkpoint_dir / TOKENIZER, *text)
+    else:
+        found = calibration_batches(model, checkpoint_dir, data, CALIBRATION_EXAMPLES)
     if found is None:
-        _log(verbose, "int4: no bundled training data for GPTQ: scales fitted to each block")
+        _log(verbose, "int4: no bundled training data for GPTQ (--calibrate TEXT gives one): "
+             "scales fitted to each block")  # fmt: skip
         return None, None
     t = time.perf_counter()
     batches, what = found
@@ -266,10 +276,11 @@ def write_package(
     variants: list[str],
     verbose: bool,
     graph_format: str = "onnx",
+    calibration: tuple[str, str] | None = None,
 ) -> None:
     """Every file of the package into the empty folder `tmp`: tokenizers, each variant's graphs
     and weights (as ORT-format graphs with graph_format "ort"), golden.json, the run configs,
-    config.json with checksums and measurements."""
+    config.json with checksums and measurements. calibration: GPTQ's (text, what it is)."""
     import torch
     from tokenizers import Tokenizer
 
@@ -288,7 +299,7 @@ def write_package(
         if problem is not None:
             _log(verbose, f"note: {problem}")
     entries: dict[str, VariantEntry] = {}
-    hessians, calibration = calibrate(model, checkpoint_dir, data, variants, verbose)
+    hessians, how = calibrate(model, checkpoint_dir, data, variants, verbose, calibration)
     native = native_rows(checkpoint_dir) if "gguf" in variants else None
     # the sizes load checks config.json against, and the head size the graphs' attention and
     # K/V tensors have (the model's, zero-padded where GroupQueryAttention needs it)
@@ -300,7 +311,7 @@ def write_package(
     with torch.no_grad():
         for variant in variants:
             t = time.perf_counter()
-            spec = variant_spec(variant, cfg.family, calibration, bool(ckpt_config.get("source")))
+            spec = variant_spec(variant, cfg.family, how, bool(ckpt_config.get("source")))
             if spec.weights_of is not None:  # the base's graphs, other attributes
                 base = entries[spec.weights_of]
                 files = write_accuracy_variant(tmp, base.files, variant, spec.accuracy_level)
@@ -365,6 +376,7 @@ def export_package(
     check: Callable[[Path], None] | None = None,
     graph_format: str = "onnx",
     verify: bool = True,
+    calibrate_on: str | os.PathLike | None = None,
 ) -> Path:
     """Export a checkpoint to a model package in `out_dir`; returns its path.
 
@@ -376,7 +388,10 @@ def export_package(
     beyond FP32_PARITY is a ParityError and nothing is written; False skips it (--no-verify).
     check: a further check of the finished package, run after that one; an error there leaves
     nothing behind too. graph_format: "onnx", or "ort" (export.ort_format: ORT-format graphs,
-    which the checks run). The package appears whole or not at all (core.files.atomic_folder).
+    which the checks run). calibrate_on: GPTQ's text for int4 of a decoder-only model (a
+    bundled name, export.quality.CALIBRATION_TEXTS, or a UTF-8 file), instead of its bundled
+    training data; None: the training data when bundled, else none (fitted scales). The
+    package appears whole or not at all (core.files.atomic_folder).
     """
     source, out_dir = Path(checkpoint_dir), Path(out_dir)
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
@@ -384,13 +399,20 @@ def export_package(
         variants.append("gguf")
     if graph_format not in GRAPH_FORMATS:
         raise ValueError(f"graph_format {graph_format!r}: one of {', '.join(GRAPH_FORMATS)}")
+    calibration = None
+    if calibrate_on is not None:
+        if not any(VARIANT_SPECS[v].gptq for v in variants):
+            raise ValueError("a calibration text is for GPTQ in the int4 variant: add int4 to "
+                             "the variants (--quantize int4)")  # fmt: skip
+        calibration = calibration_text(calibrate_on)
     check_target(source, out_dir, force)  # before a Hugging Face folder's conversion
     with checkpoint_folder(source, verbose) as checkpoint_dir:
         check_target(checkpoint_dir, out_dir, force)
         model, ckpt_config = load_checkpoint(checkpoint_dir)
         t0 = time.perf_counter()
         with atomic_folder(out_dir) as tmp:
-            write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose, graph_format)
+            write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose, graph_format,
+                          calibration)  # fmt: skip
             if verify:
                 check_parity(tmp, checkpoint_dir, variants, verbose)
             if check is not None:

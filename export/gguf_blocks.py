@@ -246,17 +246,6 @@ IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 
 MXFP4_LEVELS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int16)
 
 
-def requantized_error(w_nk: np.ndarray, packed: np.ndarray, scales: np.ndarray, bits: int) -> float:
-    """The largest distance of symmetric MatMulNBits blocks (zero point implied; K padded to
-    whole blocks) from the (N, K) weight they were quantized from."""
-    N, K = w_nk.shape
-    q = packed.reshape(N, scales.shape[1], -1)
-    if bits == 4:
-        q = np.stack([q & 0x0F, q >> 4], -1).reshape(N, scales.shape[1], -1)
-    values = (q.astype(np.float32) - (1 << (bits - 1))) * scales[..., None]
-    return float(np.abs(values.reshape(N, -1)[:, :K] - w_nk).max()) if w_nk.size else 0.0
-
-
 def merged(parts: Sequence[IntBlocks]) -> IntBlocks:
     """Row blocks of one weight (a packed Q/K/V, gate/up) in one layout: the most bits and the
     smallest block of the parts."""

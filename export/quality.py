@@ -133,6 +133,60 @@ def held_out_quality(
     return out
 
 
+# GPTQ on a text (`calibrate`, a converted LM): windows of up to CALIBRATION_WINDOW_TOKENS
+# tokens spread over the text, CALIBRATION_TOKENS in all
+CALIBRATION_TOKENS, CALIBRATION_WINDOW_TOKENS = 16_384, 256
+CALIBRATION_TEXTS = ("shakespeare", "multi30k")  # bundled: their training splits
+
+
+def calibration_text(name: str | Path) -> tuple[str, str]:
+    """(text, what it is) for GPTQ: a bundled text by name (Tiny Shakespeare's training split,
+    Multi30k's English training captions: never a split export's held-out check reads) or a
+    UTF-8 text file."""
+    if str(name) == "shakespeare":
+        return load_shakespeare()[0], "Tiny Shakespeare's training split"
+    if str(name) == "multi30k":
+        return "\n".join(load_multi30k("train", "en", "de")[0]) + "\n", "Multi30k's English train"
+    path = Path(name)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"calibration text {str(name)!r}: no such file (or a bundled text: "
+            f"{', '.join(CALIBRATION_TEXTS)})"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"calibration text {path}: not UTF-8 text ({e.reason} at byte {e.start})"
+        ) from None
+    return text, path.name
+
+
+def text_calibration_batches(model, tokenizer_json: Path, text: str, what: str):
+    """(model(*batch) inputs, what they are): CALIBRATION_TOKENS tokens of `text` in windows of
+    min(max_len, CALIBRATION_WINDOW_TOKENS) spread over it; a decoder-only model only."""
+    import torch
+    from tokenizers import Tokenizer
+
+    cfg = model.cfg
+    if cfg.family != "decoder-only":
+        raise ValueError(
+            "a calibration text is for a decoder-only model (a translator's GPTQ uses its "
+            "training pairs)"
+        )
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    enc = tok.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
+    stream = np.asarray([i for e in enc for i in e.ids], dtype=np.int64)
+    T = min(cfg.max_len, CALIBRATION_WINDOW_TOKENS)
+    if len(stream) < T:
+        raise ValueError(f"calibration text {what}: {len(stream)} tokens, fewer than a window "
+                         f"of {T}")  # fmt: skip
+    n = max(1, min(CALIBRATION_TOKENS // T, len(stream) // T))
+    starts = np.linspace(0, len(stream) - T, n).astype(np.int64)
+    x = torch.from_numpy(np.stack([stream[s : s + T] for s in starts]))
+    return [(x[b : b + 8],) for b in range(0, n, 8)], f"GPTQ on {n * T:,} tokens of {what}"
+
+
 def calibration_batches(
     model, checkpoint_dir: Path, data: TrainingData | None, examples: int
 ) -> tuple[list[tuple], str] | None:

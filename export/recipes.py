@@ -34,6 +34,10 @@ class VariantSpec:
     # 4 bits: each block's scale minimises its squared error (a search below the absmax
     # scale, export/builder.py) instead of onnxruntime's absmax; same format and kernels
     scale_search: bool = False
+    # 4-bit linear layers: a zero point per block (MatMulNBits' uint8 zero_points, two per
+    # byte) on the grid of least squared error (export/quantize.py); the embedding and the
+    # output projection stay symmetric (GatherBlockQuantized shares a tied head's table)
+    asymmetric: bool = False
     # 4-bit linear layers: GPTQ against the activations of training examples when export has
     # them (export/gptq.py; the embedding / output projection keep scale_search); same format
     gptq: bool = False
@@ -127,10 +131,11 @@ def variant_spec(
     calibration: what a GPTQ variant's linear layers were fitted to ("GPTQ on 512 training
     examples"), for its description; None: not calibrated (scales fitted to each block).
     converted: a converted (trained elsewhere) LM's int4 keeps its embedding and head at 8 bits
-    and the Q/K/V and down projections of llama.cpp's Q4_K_M layers at 8 bits: on
-    SmolLM2-135M-Instruct perplexity x1.44 -> x1.16 of fp32 at 0.87x the speed
-    (docs/design-notes.md, 2026-12-02); our own small LMs keep 4 bits everywhere (within their
-    bound, and their packages as they were)."""
+    and the Q/K/V and down projections of llama.cpp's Q4_K_M layers at 8 bits, and its 4-bit
+    blocks have zero points: on SmolLM2-135M-Instruct perplexity x1.44 -> x1.16 -> x1.126 of
+    fp32 (x1.109 with GPTQ on a text: `--calibrate`; docs/design-notes.md, 2026-12-02); our own
+    small LMs keep 4 bits everywhere, symmetric (within their bound, and their packages as
+    they were)."""
     spec = VARIANT_SPECS[name]
     if name != "int4":
         return spec
@@ -145,10 +150,10 @@ def variant_spec(
         )
     if converted:
         return replace(
-            spec, embed_bits=8, head_bits=8, more_bits=("qkv", "down"),
-            description=f"MatMulNBits 4-bit weights, block 32 ({how}), int8 compute; 8-bit "
-            "embedding and output projection, 8-bit Q/K/V and down projections in llama.cpp's "
-            "Q4_K_M layers",
+            spec, embed_bits=8, head_bits=8, more_bits=("qkv", "down"), asymmetric=True,
+            description=f"MatMulNBits 4-bit weights with a zero point per block, block 32 "
+            f"({how}), int8 compute; 8-bit embedding and output projection, 8-bit Q/K/V and "
+            "down projections in llama.cpp's Q4_K_M layers",
         )  # fmt: skip
     return replace(
         spec,

@@ -60,7 +60,15 @@ from .model import Model, WarnOnce, pad
 from .results import GenerationResult, ScoringResult, TextHypothesis, TranslationResult
 from .session import Providers, SessionSettings
 from .steppers import SlidingDecoder, give_back, start_decoder_only, start_encoder_decoder
-from .text import TextStream, check_texts, cut_at_stop, prefix_list, stop_test, text_problem
+from .text import (
+    StopCut,
+    TextStream,
+    check_texts,
+    cut_at_stop,
+    prefix_list,
+    stop_test,
+    text_problem,
+)
 
 __all__ = [
     "Translator",
@@ -771,31 +779,15 @@ class Generator(_Loaded):
         stops = list(opts.stop)
         stop = stop_test(self.model.decode, stops, ids, [0]) if stops else None
         text = TextStream(self.model.tokenizer, ids[0])
-        pending = ""  # text that may be the start of a stop string
-
-        def emit(piece: str, final: bool) -> tuple[str, bool]:
-            """(text to yield now, whether a stop string was reached)."""
-            nonlocal pending
-            pending += piece
-            cut = cut_at_stop(pending, stops)
-            if len(cut) < len(pending):
-                pending = ""
-                return cut, True
-            hold = 0 if final else max(
-                (k for s in stops for k in range(1, min(len(s), len(pending) + 1))
-                 if pending.endswith(s[:k])), default=0,
-            )  # fmt: skip
-            out, pending = pending[: len(pending) - hold], pending[len(pending) - hold :]
-            return out, False
-
+        shown = StopCut(stops)
         inputs = DecodeInputs(self.model.eos_id, ids, self.banned_ids, stop=stop)
         for _, tokens in iter_tokens(first, stepper, opts, inputs):
-            piece, stopped = emit(text.push(int(tokens[0])), False)
+            piece = shown.push(text.push(int(tokens[0])))
             if piece:
                 yield piece
-            if stopped:
+            if shown.stopped:
                 return
-        piece, _ = emit(text.flush(), True)
+        piece = shown.push(text.flush(), final=True)
         if piece:
             yield piece
 

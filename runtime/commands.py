@@ -120,12 +120,19 @@ def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
         "--threads", type=int, default=None, metavar="N",
         help="onnxruntime intra-op threads (default: one per core)",
     )  # fmt: skip
-    g.add_argument(
-        "--batch-size", "--max-batch-size", dest="batch_size", type=int, default=32,
-        metavar="N",
-        help="inputs per batch; with --batch-type tokens, padded source tokens per batch "
-        "(default: 32)",
-    )  # fmt: skip
+    if command == "serve":  # the continuous batch's rows
+        g.add_argument(
+            "--batch-size", "--max-batch-size", dest="batch_size", type=int, default=16,
+            metavar="N", help="requests decoding at once (rows of a language model's "
+            "continuous batch); more wait for a row (default: 16)",
+        )  # fmt: skip
+    else:
+        g.add_argument(
+            "--batch-size", "--max-batch-size", dest="batch_size", type=int, default=32,
+            metavar="N",
+            help="inputs per batch; with --batch-type tokens, padded source tokens per batch "
+            "(default: 32)",
+        )  # fmt: skip
     if command == "score":
         return
     g.add_argument(

@@ -284,6 +284,51 @@ class CachedDecoder:
         self.io.clear_binding_outputs()
         self._bind_state()
 
+    # -- continuous batching (runtime/serve): rows that join and leave a running batch --------
+    def row_cache(self, row: int) -> dict[str, np.ndarray]:
+        """Copies of row `row`'s filled cache, per buffer: (G, lengths[row], D) each (what a
+        prefix cache keeps, and what `admit` takes)."""
+        n = int(self.lengths[row])
+        return {k: buf[row, :, :n].copy() for k, buf in self.buffers.items()}
+
+    def load_row(self, row: int, cache: dict[str, np.ndarray], length: int) -> None:
+        """Row `row`'s cache positions 0 .. length - 1 from `cache` (row_cache's arrays, or
+        views of another decoder's buffers); its length becomes `length`."""
+        if length > self.shape[1]:
+            raise ValueError(f"the cache holds {self.shape[1]} positions; asked for {length}")
+        for k, buf in self.buffers.items():
+            buf[row, :, :length] = cache[k][:, :length]
+        lengths = self.lengths.copy()
+        lengths[row] = length
+        self._set_lengths(lengths)
+
+    def admit(self, cache: dict[str, np.ndarray], length: int) -> int:
+        """A new row after the rows in use (a request joining the batch between two steps):
+        its cache's first `length` positions from `cache`. Returns its row index."""
+        i = self.n
+        if i >= self.rows:
+            raise ValueError(f"all {self.rows} rows are in use")
+        lengths = np.append(self.lengths[:i], 0)
+        self.n, self.source = i + 1, np.arange(i + 1)
+        self._set_lengths(lengths)
+        self.load_row(i, cache, length)
+        self.io.clear_binding_inputs()
+        self.io.clear_binding_outputs()
+        self._bind_state()
+        return i
+
+    def empty(self) -> None:
+        """No row in use (every request of a continuous batch has left); buffers kept."""
+        self.n, self.source = 0, np.arange(0)
+        self._set_lengths(np.zeros(0, dtype=np.int64))
+
+    def _set_lengths(self, lengths: np.ndarray) -> None:
+        self._lengths = lengths.astype(np.int64)
+        self.longest = int(lengths.max(initial=0))
+        self.uniform = bool(lengths.min(initial=0) == self.longest)
+        if self.uniform:  # `lengths` is made again from `longest` when read
+            self._lengths = None
+
 
 # one-row decoders (reused across requests) hold a power of two of positions, at least this
 # many, up to max_len: a model of 32,768 positions does not allocate its whole context's cache

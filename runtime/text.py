@@ -81,6 +81,29 @@ def text_problem(text: object) -> str | None:
     return None
 
 
+class StopCut:
+    """Streamed text with stop strings cut: push each new piece, get what may be shown now. Text
+    that may begin a stop string is held back until it cannot (or the stream ends)."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops, self.pending, self.stopped = list(stops), "", False
+
+    def push(self, piece: str, final: bool = False) -> str:
+        """The text to show now; `stopped` is set once a stop string is reached."""
+        self.pending += piece
+        cut = cut_at_stop(self.pending, self.stops)
+        if len(cut) < len(self.pending):
+            self.pending, self.stopped = "", True
+            return cut
+        pending = self.pending
+        hold = 0 if final else max(
+            (k for s in self.stops for k in range(1, min(len(s), len(pending) + 1))
+             if pending.endswith(s[:k])), default=0,
+        )  # fmt: skip
+        out, self.pending = pending[: len(pending) - hold], pending[len(pending) - hold :]
+        return out
+
+
 class TextStream:
     """Incremental detokenization: push token ids, get the text they add.
 

@@ -55,6 +55,7 @@ def test_sdist_and_wheel(dist):
     assert not [n for n in names if n.startswith("edgeformer/benchmarks/")]
     assert "edgeformer/__init__.py" not in names  # implicit namespace package
     assert "edgeformer/models/hf/convert.py" in names  # edgeformer convert hf
+    assert "edgeformer/runtime/serve/app.py" in names  # edgeformer serve
     for name in (
         "multi30k/train.de.gz",
         "multi30k/test_2016_flickr.en.gz",
@@ -110,6 +111,13 @@ def test_commands_that_need_torch_name_the_extra(runtime_env, args):
         return
     assert "needs torch" in line
     assert helped.returncode == 0 and "usage: edgeformer" in helped.stdout, helped.stderr  # help
+
+
+def test_serve_without_its_extra_names_it(runtime_env):
+    run = edgeformer(runtime_env, "serve", "shakespeare")
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()  # one line, no traceback
+    assert "edgeformer serve needs starlette" in line and "edgeformer[cpu,serve]" in line, line
 
 
 def test_the_bench_is_a_distribution_of_its_own(tmp_path):

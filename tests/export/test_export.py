@@ -305,37 +305,69 @@ def test_quantized_variants(family):
         assert where[table] == where[head.input[1]], variant
 
 
-def test_int4_fitted_scales():
-    """The fitted 4-bit blocks are onnxruntime's format (our packing of its quantizer's scales
-    gives its bytes), and each block's squared error is never above its absmax scale's."""
-    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+def test_absmax_blocks_are_onnxruntimes():
+    """export/quantize.absmax gives onnxruntime's own quantizer's bytes and scales (its
+    private quantize_matmul_*bits, which export no longer calls), ties and zero blocks too."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 
-    from edgeformer.export.builder import _int4_mse_blocks, _int4_pack
+    from edgeformer.export.quantize import absmax
 
     rng = np.random.default_rng(0)
-    N, K, bs = 24, 64, 32
+    for bits, fn in ((4, quantize_matmul_4bits), (8, quantize_matmul_8bits)):
+        for N, K, bs in ((24, 64, 32), (97, 512, 32), (40, 256, 16), (16, 256, 128)):
+            w = (rng.standard_normal((N, K)) * rng.uniform(0.01, 3, (N, 1))).astype(np.float32)
+            w[0, :bs] = 0.0  # an all-zero block
+            w[1, :bs] = 0.01
+            w[1, 3], w[1, 4] = 0.5, -0.5  # |min| = |max|
+            packed = np.zeros((N, K // bs, bs * bits // 8), np.uint8)
+            scales = np.zeros((N, K // bs), np.float32)
+            zero = np.zeros((N, K // bs), np.uint8)
+            fn(packed, np.ascontiguousarray(w.T), scales, zero, bs, N, K, True)
+            b = absmax(w, bits, bs)
+            assert np.array_equal(b.packed, packed) and np.array_equal(b.scales, scales), (bits, N)
+
+
+def _block_errors(b, w: np.ndarray) -> np.ndarray:
+    """Each block's squared error of Blocks `b` against the weight `w`."""
+    N, K = w.shape
+    return ((b.values() - w) ** 2).reshape(N, K // b.block, b.block).sum(-1)
+
+
+def test_int4_fitted_scales():
+    """The fitted 4-bit blocks: each block's squared error is never above its absmax scale's,
+    and well below it in sum; asymmetric blocks (a zero point each) below both; an all-zero
+    block stays exact; packed zero points are MatMulNBits' (two per byte, the first low)."""
+    from edgeformer.export.quantize import absmax, asymmetric, searched
+
+    rng = np.random.default_rng(0)
+    N, K, bs = 24, 96, 32
     w = rng.standard_normal((N, K)).astype(np.float32) * rng.uniform(0.1, 3, (N, 1))
     w[0, :bs] = 0.0  # an all-zero block
-    packed = np.zeros((N, K // bs, bs // 2), np.uint8)
-    scales = np.zeros((N, K // bs), np.float32)
-    zero = np.zeros((N, K // bs), np.uint8)
-    quantize_matmul_4bits(packed, np.ascontiguousarray(w.T), scales, zero, bs, N, K, True)
-    assert np.array_equal(_int4_pack(w, scales, bs), packed)
+    w[2, :bs] = np.abs(w[2, :bs]) + 1.0  # a block of positive values only
+    absmax_err = _block_errors(absmax(w, 4, bs), w)
+    fitted = searched(w, bs)
+    fitted_err = _block_errors(fitted, w)
+    assert (
+        np.all(fitted_err <= absmax_err * (1 + 1e-6)) and fitted_err.sum() < 0.9 * absmax_err.sum()
+    )
+    assert fitted.scales[0, 0] == 0 and fitted_err[0, 0] == 0
+    asym = asymmetric(w, bs)
+    asym_err = _block_errors(asym, w)
+    assert asym_err[0, 0] == 0 and np.all(asym_err <= fitted_err * (1 + 1e-6))
+    assert asym_err.sum() < 0.9 * fitted_err.sum()
+    assert asym_err[2, 0] < 0.3 * fitted_err[2, 0]  # one-signed blocks gain the most
+    assert asym.q.max() <= 15 and asym.zero_points is not None
+    zp = asym.packed_zero_points
+    assert zp is not None and zp.shape == (N, 2)  # 3 blocks: 2 bytes, the last high nibble 0
+    assert np.array_equal(zp[:, 0] & 15, asym.zero_points[:, 0])
+    assert np.array_equal(zp[:, 0] >> 4, asym.zero_points[:, 1])
+    assert np.array_equal(zp[:, 1], asym.zero_points[:, 2])
 
-    def err(p, s):  # per block
-        q = np.stack([p & 15, p >> 4], -1).reshape(N, K // bs, bs).astype(np.float32) - 8
-        return ((q * s[..., None] - w.reshape(N, K // bs, bs)) ** 2).sum(-1)
 
-    fitted_p, fitted_s = _int4_mse_blocks(w, bs)
-    absmax, fitted = err(packed, scales), err(fitted_p, fitted_s)
-    assert np.all(fitted <= absmax * (1 + 1e-6)) and fitted.sum() < 0.9 * absmax.sum()
-    assert fitted_s[0, 0] == 0 and fitted[0, 0] == 0
-
-
-def test_gptq_int4():
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_gptq_int4(asymmetric):
     """GPTQ's 4-bit weights are on MatMulNBits' grid, equal round-to-nearest when the inputs
     are uncorrelated, and beat it on the layer's outputs when they are not."""
-    from edgeformer.export.builder import _int4_pack
     from edgeformer.export.gptq import gptq_int4
 
     rng = np.random.default_rng(0)
@@ -343,22 +375,29 @@ def test_gptq_int4():
     w = rng.standard_normal((N, K)).astype(np.float32)
     x = rng.standard_normal((2000, K)) @ rng.standard_normal((K, K)) * 0.3  # correlated inputs
     x[:, 5] = 0.0  # an input never seen
-    q, s = gptq_int4(w, x.T @ x, bs)
-    blocks = q.reshape(N, K // bs, bs) / np.where(s == 0, 1, s)[..., None]
-    grid = np.rint(blocks)
-    assert np.allclose(blocks, grid, atol=1e-4) and grid.min() >= -8 and grid.max() <= 7
+    b = gptq_int4(w, x.T @ x, bs, asymmetric)
+    assert b.q.max() <= 15 and (b.zero_points is not None) == asymmetric
+    q = b.values()
     assert np.all(q[:, 5] == 0)
-    unpacked = np.stack([(p := _int4_pack(q, s, bs)) & 15, p >> 4], -1).reshape(N, K) - 8.0
-    assert np.allclose(unpacked * np.repeat(s, bs, axis=1), q, atol=1e-6)
+    b_eye = gptq_int4(w, np.eye(K), bs, asymmetric)
+    if asymmetric:  # the same grid as round to nearest's at H = I: the same values
+        from edgeformer.export.quantize import asymmetric as rtn_blocks
+    else:
+        from edgeformer.export.quantize import absmax
 
-    peak = np.take_along_axis(
-        w.reshape(N, K // bs, bs), np.abs(w.reshape(N, K // bs, bs)).argmax(-1)[..., None], -1
-    )
-    rtn = (np.clip(np.rint(w.reshape(N, K // bs, bs) / (peak / -8)), -8, 7) * (peak / -8)).reshape(
-        N, K
-    )
-    q_eye, _ = gptq_int4(w, np.eye(K), bs)
-    assert np.allclose(q_eye, rtn, atol=1e-6)
+        def rtn_blocks(w_nk, bs):  # the signed absmax -> -8, round half to even
+            peak = np.take_along_axis(
+                w_nk.reshape(N, K // bs, bs),
+                np.abs(w_nk.reshape(N, K // bs, bs)).argmax(-1)[..., None], -1)  # fmt: skip
+            s = peak / -8
+            v = np.clip(np.rint(w_nk.reshape(N, K // bs, bs) / s), -8, 7) * s
+            out = absmax(w_nk, 4, bs)
+            out.q = (np.rint(v / s) + 8).astype(np.uint8).reshape(N, K)
+            out.scales = s[..., 0].astype(np.float32)
+            return out
+
+    rtn = rtn_blocks(w, bs).values()
+    assert np.allclose(b_eye.values(), rtn, atol=1e-6)
     out_err = lambda m: float((((m - w) @ x.T) ** 2).mean())  # noqa: E731
     assert out_err(q) < 0.8 * out_err(rtn)
 
