@@ -257,11 +257,14 @@ class Builder:
         when `asymmetric` (4 bits), else onnxruntime's absmax blocks."""
         key = f"{name}.q{bits}"
         if key not in self.layouts:
-            found = self._native(name, w_nk)
+            found, report = self._native(name, w_nk)
             if found is not None:
                 blocks = quantize.Blocks(found.bits, found.block, found.q, found.scales)
             else:
                 blocks = self._quantize(w_nk, bits, H, asymmetric)
+                if report is not None:  # the gguf variant re-quantized it: what that cost
+                    err = float(np.abs(blocks.values()[:, : w_nk.shape[1]] - w_nk).max())
+                    report["max_error"] = max(report["max_error"], err)
             self.layouts[key] = (blocks.bits, blocks.block)
             self.inits[key], self.inits[f"{key}.scales"] = blocks.packed, blocks.scales
             if (zp := blocks.packed_zero_points) is not None:
@@ -273,17 +276,28 @@ class Builder:
             *self.layouts[key],
         )  # fmt: skip
 
-    def _native(self, name: str, w_nk: np.ndarray) -> gguf_blocks.IntBlocks | None:
-        """The weight's blocks as the GGUF file holds them (the `gguf` variant), or None: not
-        that variant, or rows the file does not hold in a kept type (said in native_report)."""
+    def _native(
+        self, name: str, w_nk: np.ndarray
+    ) -> tuple[gguf_blocks.IntBlocks | None, dict | None]:
+        """(the weight's blocks as the GGUF file holds them, or None: rows the file does not
+        hold in a kept type; its native_report entry) in the `gguf` variant, else (None, None).
+        The embedding's rows are the file's unscaled ones, its sqrt(C) (Gemma) folded into the
+        scales as into the fp32 table."""
         if self.spec.method != "gguf" or self.native is None:
-            return None
+            return None, None
+        scale = 1.0
+        if name == "embed" and self.scale != 1.0:
+            w_nk, scale = _f32(self.model.embed.weight), self.scale
         found, what = self.native.find(w_nk)
-        entry = self.native_report.setdefault(what, {"tensors": 0, "max_error": 0.0})
+        entry = self.native_report.setdefault(
+            what, {"tensors": 0, "max_error": 0.0, "kept": found is not None}
+        )
         entry["tensors"] += 1
         if found is not None:
             entry["max_error"] = max(entry["max_error"], found.max_error)
-        return found
+            if scale != 1.0:
+                found.scales = found.scales * np.float32(scale)
+        return found, entry
 
     def _quantize(
         self, w_nk: np.ndarray, bits: int, H: np.ndarray | None, asymmetric: bool

@@ -4,9 +4,10 @@ MarianMTModel: source.spm, target.spm and vocab.json instead of tokenizer.json) 
 edgeformer checkpoint, which `edgeformer export` turns into a package (export also takes the
 Hugging Face folder directly). Nothing is downloaded and transformers is not needed.
 
-`edgeformer convert gguf MODEL.gguf OUT_CHECKPOINT`: a GGUF file (llama, qwen2, qwen3) -> a
-checkpoint that keeps the file's quantized blocks for export's `gguf` variant (its tokenizer
-is transformers' conversion of the file's: transformers is needed for it).
+`edgeformer convert gguf MODEL.gguf OUT_CHECKPOINT`: a GGUF file (llama, qwen2, qwen3, phi3,
+gemma2, gemma3, gpt2) -> a checkpoint that keeps the file's quantized blocks for export's `gguf`
+variant (its tokenizer is transformers' conversion of the file's: transformers is needed for
+it).
 
 The flags of edgeformer.export.convert_hf (models/hf/convert.py) and models.gguf.convert_gguf,
 which do the whole job."""

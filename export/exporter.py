@@ -225,18 +225,18 @@ def native_rows(checkpoint_dir: Path):
     return found
 
 
-def kept_text(kept: dict[str, dict]) -> str:
+def kept_text(kept: dict[str, dict], bits: int = 8) -> str:
     """What the gguf variant kept of each type, per graph weight (a packed Q/K/V is one):
-    "Q4_1: 120 weights (max |error| 3.6e-02), Q8_0: 1 weight (exact), float or not in the file:
-    3 weights (quantized here)"."""
+    "Q4_1: 120 weights (max |error| 3.6e-02), Q8_0: 1 weight (exact), F16: 3 weights
+    (re-quantized at 8 bits, max |error| 2.1e-03)"."""
     parts = []
     for what, r in sorted(kept.items(), key=lambda kv: -kv[1]["tensors"]):
         n = f"{r['tensors']} weight{'s' if r['tensors'] != 1 else ''}"
-        if "not" in what:
-            parts.append(f"{what}: {n} (quantized here)")
-        else:
-            err = "exact" if r["max_error"] == 0 else f"max |error| {r['max_error']:.1e}"
+        err = "exact" if r["max_error"] == 0 else f"max |error| {r['max_error']:.1e}"
+        if r.get("kept", True):
             parts.append(f"{what}: {n} ({err})")
+        else:
+            parts.append(f"{what}: {n} (re-quantized at {bits} bits, {err})")
     return ", ".join(parts)
 
 
@@ -331,8 +331,9 @@ def write_package(
             weights = files.pop("weights")
             description = spec.description
             if kept:
-                description += f"; kept from {ckpt_config['source']['file']}: {kept_text(kept)}"
-                _log(verbose, f"{variant}: {kept_text(kept)}")
+                said = kept_text(kept, spec.bits or 8)
+                description += f"; kept from {ckpt_config['source']['file']}: {said}"
+                _log(verbose, f"{variant}: {said}")
             entries[variant] = VariantEntry(files, weights, spec.io_dtype, description)
             size = sum((tmp / f).stat().st_size for f in [*files.values(), weights]) / 1e6
             _log(verbose, f"{variant}: {size:.1f} MB, {time.perf_counter() - t:.1f} s")

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
+NOT_IN_FILE = "not in the file"  # a weight whose rows the file does not hold as they are
 
 
 @dataclass
@@ -183,7 +184,66 @@ def int_blocks(type_name: str, raw: np.ndarray, K: int) -> IntBlocks | None:
         codes = np.concatenate(halves, -1)  # (N, S, 256), value order
         scales = (d[..., None] * sc).reshape(N, -1)  # a scale per 16 values
         return _symmetric(8, 16, codes.reshape(N, -1, 16), scales, 32)
+    if type_name == "Q3_K":  # d (sc - 32) (q - 4): signed 3-bit codes, a scale per 16 values
+        b = raw.reshape(N, K // 256, 110)
+        hmask, qs, packed = b[..., 0:32], b[..., 32:96], b[..., 96:108]
+        d = _f16(b, 108)
+        lo = np.concatenate([packed[..., 0:8] & 0x0F, packed[..., 0:8] >> 4], -1)  # (N, S, 16)
+        hi = np.concatenate([(packed[..., 8:12] >> (2 * s)) & 3 for s in range(4)], -1)
+        sc = (lo | (hi << 4)).astype(np.float32) - 32
+        groups = [
+            ((qs[..., 32 * (j // 4) : 32 * (j // 4) + 32] >> (2 * (j % 4))) & 3)
+            | (((hmask >> j) & 1) << 2)
+            for j in range(8)
+        ]  # each (N, S, 32): q + 4 in [0, 8)
+        codes = np.concatenate(groups, -1)
+        scales = (d[..., None] * sc).reshape(N, -1)
+        return _symmetric(4, 16, codes.reshape(N, -1, 16), scales, 4)
+    if type_name == "Q2_K":  # d sc q - dmin m per 16 values: its minima, as Q4_K's
+        b = raw.reshape(N, K // 256, 84)
+        packed, qs = b[..., 0:16], b[..., 16:80]
+        d, dmin = _f16(b, 80), _f16(b, 82)
+        groups = [(qs[..., 32 * (j // 4) : 32 * (j // 4) + 32] >> (2 * (j % 4))) & 3
+                  for j in range(8)]  # fmt: skip
+        codes = np.concatenate(groups, -1).reshape(N, -1, 16)
+        scales = (d[..., None] * (packed & 0x0F)).reshape(N, -1)
+        offsets = -(dmin[..., None] * (packed >> 4)).reshape(N, -1)
+        return _affine(codes, scales, offsets, 3)
+    if type_name in ("IQ4_NL", "MXFP4"):  # d level[q]: a 16-level table of int8 values
+        size = 18 if type_name == "IQ4_NL" else 17
+        b = raw.reshape(N, K // 32, size)
+        if type_name == "IQ4_NL":
+            d, levels = _f16(b, 0), IQ4_LEVELS
+        else:  # an E8M0 exponent, halved: the doubled E2M1 values' scale
+            e = b[..., 0].astype(np.uint32)  # ggml_e8m0_to_fp32_half's bits
+            d = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23))
+            d, levels = d.astype(np.uint32).view(np.float32), MXFP4_LEVELS
+        codes = levels[_nibbles(b[..., size - 16 :])].astype(np.int16) + 128
+        return _symmetric(8, 32, codes, d, 128)
+    if type_name == "IQ4_XS":  # d (ls - 32) level[q] per 32 values
+        b = raw.reshape(N, K // 256, 136)
+        d = _f16(b, 0)
+        high = b[..., 2:4].copy().view("<u2")[..., 0]  # (N, S): 2 bits per sub-block
+        low = np.concatenate([b[..., 4:8, None] & 0x0F, b[..., 4:8, None] >> 4], -1)
+        low = low.reshape(N, -1, 8)
+        hbits = (high[..., None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
+        ls = (low | (hbits.astype(np.uint8) << 4)).astype(np.float32) - 32
+        codes = IQ4_LEVELS[_nibbles(b[..., 8:136].reshape(N, -1, 8, 16))].astype(np.int16) + 128
+        scales = (d[..., None] * ls).reshape(N, -1)
+        return _symmetric(8, 32, codes.reshape(N, -1, 32), scales, 128)
+    if type_name == "TQ2_0":  # d (q - 1), q in {0, 1, 2}: ternary, one scale per 256
+        b = raw.reshape(N, K // 256, 66)
+        qs, d = b[..., 0:64], _f16(b, 64)
+        groups = [(qs[..., 32 * (j // 4) : 32 * (j // 4) + 32] >> (2 * (j % 4))) & 3
+                  for j in range(8)]  # fmt: skip
+        codes = np.concatenate(groups, -1)  # (N, S, 256)
+        return _symmetric(4, 256, codes, d, 1).with_layout(4, 32)
     return None
+
+
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      np.int16)  # fmt: skip  # kvalues_iq4nl
+MXFP4_LEVELS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int16)
 
 
 def merged(parts: Sequence[IntBlocks]) -> IntBlocks:
@@ -236,7 +296,7 @@ class NativeRows:
                 info = json.loads(meta[name])
                 raw = f.get_tensor(name)
                 blocks[name] = (info["type"], raw)
-                if len(info["shape"]) != 2 or info["type"] in FLOAT_TYPES:
+                if len(info["shape"]) != 2:
                     continue
                 kind = gguf.GGMLQuantizationType[info["type"]]
                 values = np.asarray(gguf.quants.dequantize(raw, kind), np.float32)
@@ -246,8 +306,9 @@ class NativeRows:
         return cls(blocks, index)
 
     def find(self, w_nk: np.ndarray) -> tuple[IntBlocks | None, str]:
-        """(IntBlocks of the weight, what it was): None when a row is not in the file as a kept
-        type (a float tensor, a type not kept, a transformed weight); the reason then."""
+        """(IntBlocks of the weight, its GGML types "Q4_K" / "Q4_K+Q6_K"): None when a part is
+        of a type not kept (a float type, the IQ grids: export re-quantizes it and reports its
+        types), or when a row is not in the file ("not in the file": a transformed weight)."""
         import hashlib
 
         K = w_nk.shape[1]
@@ -255,21 +316,20 @@ class NativeRows:
         for r in np.ascontiguousarray(w_nk, np.float32):
             hit = self.index.get(hashlib.blake2b(r.tobytes(), digest_size=16).digest())
             if hit is None:
-                return None, "float or not in the file"
+                return None, NOT_IN_FILE
             name, i = hit
             if spans and spans[-1][0] == name and spans[-1][2] == i:
                 spans[-1] = (name, spans[-1][1], i + 1)
             else:
                 spans.append((name, i, i + 1))
+        types = "+".join(dict.fromkeys(self.blocks[name][0] for name, _, _ in spans))
         parts = []
-        types = []
         for name, a, b in spans:
             kind, raw = self.blocks[name]
             part = int_blocks(kind, raw[a:b], K)
             if part is None:
-                return None, f"{kind} (not kept)"
+                return None, types
             parts.append(part)
-            types.append(kind)
         out = merged(parts)
         out.max_error = float(np.abs(out.values() - w_nk).max())  # against gguf-py's values
-        return out, "+".join(dict.fromkeys(types))
+        return out, types

@@ -107,8 +107,9 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
         ),
         VariantSpec(
             "gguf",
-            "the GGUF file's own quantized blocks in MatMulNBits (Q8_0, Q4_0, Q5_0, Q6_K as "
-            "they are; Q4_1, Q5_1, Q4_K, Q5_K as symmetric 8-bit codes), int8 compute",
+            "the GGUF file's own quantized blocks in MatMulNBits (Q8_0, Q4_0, Q5_0, Q6_K, Q3_K, "
+            "IQ4_NL, IQ4_XS, MXFP4, TQ2_0 as they are; Q4_1, Q5_1, Q4_K, Q5_K, Q2_K as "
+            "symmetric 8-bit codes; other types quantized here at 8 bits), int8 compute",
             bits=8,
             embed_bits=8,
             head_bits=8,

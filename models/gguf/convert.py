@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .families import family_of
+from .families import family_of, layer_count
 from .reader import GGUFFile
 
 GGUF_BLOCKS = "gguf_blocks.safetensors"  # in the checkpoint: raw tensors, by GGUF name
 END_KEYS = ("eos", "eot", "eom")  # tokenizer.ggml.{key}_token_id: llama.cpp's end-of-generation
+TYPES_TEXT_MAX = 160  # the checkpoint's and package's source fields hold 200 characters
 
 
 def write_hf_folder(f: GGUFFile, out: Path) -> dict:
@@ -35,9 +36,14 @@ def write_hf_folder(f: GGUFFile, out: Path) -> dict:
 
     arch, family = family_of(f)
     cfg = family.config(f, arch)
-    n_layers = cfg["num_hidden_layers"]
+    family.check_shapes(f, cfg)
+    n_layers = layer_count(cfg)
     tensors = {}
     for name in f.tensors:
+        if name in family.config_tensors or (
+            name == "output.weight" and cfg["tie_word_embeddings"]
+        ):
+            continue  # read into the config / the embedding's copy
         hf = family.hf_name(name, n_layers)
         tensors[hf] = np.ascontiguousarray(family.hf_tensor(name, f.dequantized(name), cfg))
     save_file(tensors, str(out / "model.safetensors"))
@@ -111,4 +117,12 @@ def types_text(f: GGUFFile) -> str:
     out: dict[str, int] = {}
     for t in f.tensors.values():
         out[t.type_name] = out.get(t.type_name, 0) + 1
-    return ", ".join(f"{k} {n}" for k, n in sorted(out.items(), key=lambda kv: -kv[1]))
+    parts = [(k, n) for k, n in sorted(out.items(), key=lambda kv: -kv[1])]
+    text = ""
+    for keep in range(len(parts), 0, -1):  # the source fields are short: say what is left out
+        rest = parts[keep:]
+        more = [f"{len(rest)} more types ({sum(n for _, n in rest)} tensors)"] if rest else []
+        text = ", ".join([f"{k} {n}" for k, n in parts[:keep]] + more)
+        if len(text) <= TYPES_TEXT_MAX:
+            break
+    return text

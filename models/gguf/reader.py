@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib.metadata import version as _version
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,48 @@ def is_gguf_file(path: str | os.PathLike) -> bool:
         return f.read(4) == GGUF_MAGIC
 
 
+class HostileTensor(ValueError):
+    """A tensor header that does not fit the file (its type, its blocks, its extent)."""
+
+
+def _checked_reader(gguf):
+    """gguf-py's GGUFReader, each tensor's header checked before it maps the data: an unknown
+    type id, a row that is not whole blocks, or an extent past the end of the file is an error
+    naming the tensor (gguf-py's own: a reshape of a short memory map)."""
+
+    class CheckedReader(gguf.GGUFReader):  # type: ignore[name-defined]
+        def _build_tensors(self, start_offs, fields):
+            size = len(self.data)
+            for field in fields:
+                _, name_data, _, dims, raw_dtype, offset = field.parts
+                name = bytes(name_data).decode("utf-8", "replace")
+                try:
+                    kind = gguf.GGMLQuantizationType(int(raw_dtype[0]))
+                except ValueError:
+                    known = f"0..{max(int(t) for t in gguf.GGMLQuantizationType)}"
+                    raise HostileTensor(
+                        f"tensor {name!r} has GGML type id {int(raw_dtype[0])}, not one gguf "
+                        f"knows ({known})"
+                    ) from None
+                block, type_bytes = gguf.GGML_QUANT_SIZES[kind]
+                shape = tuple(int(d) for d in reversed(dims.tolist()))
+                if not shape or any(d <= 0 for d in shape) or shape[-1] % block:
+                    raise HostileTensor(
+                        f"tensor {name!r} of shape {shape} does not fit {kind.name} blocks of "
+                        f"{block}"
+                    )
+                end = int(start_offs) + int(offset[0])
+                end += int(np.prod(shape, dtype=np.int64)) // block * type_bytes
+                if end > size:
+                    raise HostileTensor(
+                        f"tensor {name!r} ends past the end of the file ({end:,} > {size:,} "
+                        "bytes: truncated, or a header that lies)"
+                    )
+            return super()._build_tensors(start_offs, fields)
+
+    return CheckedReader
+
+
 @dataclass(frozen=True)
 class GGUFTensor:
     """One tensor of the file: its GGML type's name (Q4_1, F32, ...), PyTorch shape, and its
@@ -68,7 +111,9 @@ class GGUFFile:
         if not is_gguf_file(self.path):
             raise ValueError(f"{self.path} is not a GGUF file (no GGUF magic)")
         try:
-            reader = gguf.GGUFReader(self.path, "r")
+            reader = _checked_reader(gguf)(self.path, "r")
+        except HostileTensor as e:
+            raise ValueError(f"{self.path}: {e}") from None
         except (ValueError, IndexError, OSError, KeyError, OverflowError, MemoryError) as e:
             raise ValueError(f"{self.path}: not a readable GGUF file ({e})") from None
         self._reader = reader
@@ -131,8 +176,8 @@ class GGUFFile:
             values = gguf.quants.dequantize(t.raw, kind)
         except NotImplementedError:
             raise ValueError(
-                f"{self.path}: tensor {name!r} is {t.type_name}, which gguf {gguf.__version__} "
-                "cannot dequantize"
+                f"{self.path}: tensor {name!r} is {t.type_name}, which gguf "
+                f"{_version('gguf')} cannot dequantize"
             ) from None
         values = np.asarray(values, dtype=np.float32).reshape(t.shape)
         if not np.isfinite(values).all():

@@ -12,10 +12,12 @@ ort = pytest.importorskip("onnxruntime")
 
 from edgeformer.export import gguf_blocks as gb  # noqa: E402
 
-EXACT = ("Q8_0", "Q4_0", "Q5_0", "Q6_K")
-AFFINE = ("Q4_1", "Q5_1", "Q4_K", "Q5_K")
+EXACT = ("Q8_0", "Q4_0", "Q5_0", "Q6_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4", "TQ2_0")
+AFFINE = ("Q4_1", "Q5_1", "Q4_K", "Q5_K", "Q2_K")
 FP16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
-               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
+               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82),
+               "IQ4_NL": (0,), "IQ4_XS": (0,), "MXFP4": (), "TQ2_0": (64,)}  # fmt: skip
+LAYOUT = {"Q3_K": (4, 16), "TQ2_0": (4, 32), "Q4_0": (4, 32), "Q6_K": (8, 16), "Q2_K": (8, 16)}
 
 
 def random_blocks(type_name: str, N: int, K: int, seed: int = 0, signed: bool = True):
@@ -30,6 +32,8 @@ def random_blocks(type_name: str, N: int, K: int, seed: int = 0, signed: bool = 
         low = -0.05 if signed else 0.001
         d = rng.uniform(low, 0.05, b.shape[:2]).astype(np.float16)
         b[..., at : at + 2] = d.view(np.uint8).reshape(*b.shape[:2], 2)
+    if type_name == "MXFP4":  # E8M0 exponents near 1
+        b[..., 0] = rng.integers(115, 130, b.shape[:2])
     return raw, np.asarray(gguf.quants.dequantize(raw, kind), np.float32).reshape(N, K)
 
 
@@ -60,6 +64,9 @@ def test_blocks_unpack_to_gguf_values(type_name):
     raw, ref = random_blocks(type_name, 6, 512, signed=type_name in EXACT)
     blocks = gb.int_blocks(type_name, raw, 512)
     assert blocks is not None and blocks.q.shape == ref.shape
+    assert (blocks.bits, blocks.block) == LAYOUT.get(
+        type_name, (8, 32 if type_name != "Q6_K" else 16)
+    )
     err = np.abs(blocks.values() - ref)
     if type_name in EXACT:
         assert err.max() == 0.0, type_name
@@ -115,6 +122,6 @@ def test_merged_rows_of_mixed_types_keep_their_values():
     assert np.abs(matmul_nbits(m, x) - want).max() <= 1e-5 * float(np.abs(want).max())
 
 
-@pytest.mark.parametrize("type_name", ["F32", "F16", "Q2_K", "Q3_K", "IQ4_NL"])
+@pytest.mark.parametrize("type_name", ["F32", "F16", "BF16", "IQ2_XXS", "IQ1_S", "TQ1_0"])
 def test_types_not_kept_are_none(type_name):
     assert gb.int_blocks(type_name, np.zeros((2, 64), np.uint8), 256) is None
