@@ -16,14 +16,19 @@ import numpy as np
 from .config import FAMILIES, ModelConfig
 from .format import (
     CONFIG_FILE,
+    ENCODER_ACTIVATIONS,
+    ENCODER_FAMILY,
+    ENCODER_MODEL_KEYS,
     FORMAT_VERSION,
     GOLDEN_FILE,
     HF_NAMES,
     MIN_ONNXRUNTIME,
     ORT_SUFFIX,
     PACKAGE_FORMAT,
+    POOLING_MODES,
     READABLE_VERSIONS,
     SOURCE_TOKENIZER_FILE,
+    encoder_io_names,
     io_names,
     model_from_json,
     model_to_json,
@@ -237,6 +242,12 @@ class PackageConfig:
                 "edgeformer)"
             )
         family = data.get("family")
+        if family == ENCODER_FAMILY:
+            raise PackageError(
+                f"{where}: an encoder (sentence-embedding) package: run it with "
+                "edgeformer.runtime.embed.Embedder or `edgeformer embed`, not as a translator "
+                "or a language model"
+            )
         if family not in FAMILIES:
             raise PackageError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
         model = _model(where, _obj(where, "model", data.get("model")), family, fmt)
@@ -315,3 +326,135 @@ def _model(where: str, stored: dict, family: str, version: int) -> ModelConfig:
             for ours, hf in HF_NAMES.items():
                 message = re.sub(rf"\b{ours}\b", hf, message)
         raise PackageError(f"{where}: model: {message}") from None
+
+
+# -- encoder packages (core.format.ENCODER_FAMILY) --------------------------------------------
+ENCODER_LIMITS = {k: MODEL_LIMITS.get(k, 1 << 20) for k in ENCODER_MODEL_KEYS} | {
+    "vocab_size": MODEL_LIMITS["vocab_size"],
+    "hidden_size": MODEL_LIMITS["d_model"],
+    "num_attention_heads": MODEL_LIMITS["n_heads"],
+    "num_hidden_layers": MODEL_LIMITS["n_decoder_layers"],
+    "intermediate_size": 1 << 20,
+    "max_position_embeddings": MODEL_LIMITS["max_len"],
+    "type_vocab_size": 1 << 10,
+}
+
+
+@dataclass(frozen=True)
+class EncoderModel:
+    """An encoder's sizes (config.json's `model`, Hugging Face's names) and what its graph
+    does after the layers: pooling (core.format.POOLING_MODES), normalize (L2), and the
+    tokens a text is cut to (max_seq_length, special tokens included)."""
+
+    architecture: str  # "bert", "distilbert", "roberta", "xlm-roberta"
+    vocab_size: int
+    hidden_size: int
+    num_attention_heads: int
+    num_hidden_layers: int
+    intermediate_size: int
+    max_position_embeddings: int
+    type_vocab_size: int
+    hidden_act: str
+    layer_norm_eps: float
+    position_offset: int  # the first real token's position id (RoBERTa: pad_token_id + 1)
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+
+
+@dataclass(frozen=True)
+class EncoderPackageConfig:
+    """config.json of an encoder package (family "encoder"); docs/package-format.md."""
+
+    model: EncoderModel
+    pad_id: int
+    graphs: dict[str, dict[str, list[str]]]
+    variants: dict[str, VariantEntry]
+    files: dict[str, str]  # file name -> sha256
+    source: dict[str, str] = field(default_factory=dict)
+    opset: int = 21
+    min_onnxruntime: str = MIN_ONNXRUNTIME
+    format_version: int = FORMAT_VERSION
+    family: str = ENCODER_FAMILY
+
+    @property
+    def dimension(self) -> int:
+        return self.model.hidden_size
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        return {"format": PACKAGE_FORMAT, **data}
+
+    @classmethod
+    def from_json(cls, data: object, where: str = CONFIG_FILE) -> EncoderPackageConfig:
+        """Check types, ranges and names; PackageError names the key and what it must be."""
+        data = _obj(where, "the top level", data)
+        if data.get("format") != PACKAGE_FORMAT:
+            raise PackageError(f"{where}: not an edgeformer model package (format)")
+        if data.get("family") != ENCODER_FAMILY:
+            raise PackageError(
+                f"{where}: a {data.get('family')!r} package, not an encoder (sentence-embedding) "
+                "one: run it with Translator / Generator"
+            )
+        if data.get("format_version") not in READABLE_VERSIONS:
+            raise PackageError(f"{where}: format_version {data.get('format_version')!r} unknown")
+        model = _obj(where, "model", data.get("model"))
+        sizes = {k: _int(where, f"model.{k}", model.get(k), 1, ENCODER_LIMITS[k] + 1)
+                 for k in ENCODER_MODEL_KEYS}  # fmt: skip
+        if sizes["hidden_size"] % sizes["num_attention_heads"]:
+            raise PackageError(f"{where}: model.hidden_size must divide by num_attention_heads")
+        _want(where, "model.architecture", model.get("architecture"), str, "a string")
+        if model.get("hidden_act") not in ENCODER_ACTIVATIONS:
+            raise PackageError(f"{where}: model.hidden_act must be one of {ENCODER_ACTIVATIONS}")
+        if model.get("pooling") not in POOLING_MODES:
+            raise PackageError(f"{where}: model.pooling must be one of {POOLING_MODES}")
+        _want(where, "model.normalize", model.get("normalize"), bool, "true or false")
+        eps = model.get("layer_norm_eps")
+        _want(where, "model.layer_norm_eps", eps, (int, float), "a number")
+        offset = _int(where, "model.position_offset", model.get("position_offset"), 0)
+        most = sizes["max_position_embeddings"] - offset
+        length = _int(where, "model.max_seq_length", model.get("max_seq_length"), 2, most + 1)
+        encoder = EncoderModel(
+            model["architecture"], **sizes, hidden_act=model["hidden_act"],
+            layer_norm_eps=float(eps), position_offset=offset,  # type: ignore[arg-type]
+            pooling=model["pooling"], normalize=model["normalize"], max_seq_length=length,
+        )  # fmt: skip
+        pad = _int(where, "pad_id", data.get("pad_id"), 0, sizes["vocab_size"])
+        graphs = _obj(where, "graphs", data.get("graphs"))
+        if graphs != encoder_io_names():
+            raise PackageError(f"{where}: graphs do not match the package contract of an encoder")
+        variants = {}
+        for name, entry in _obj(where, "variants", data.get("variants")).items():
+            key = f"variants.{name}"
+            entry = _obj(where, key, entry)
+            files = _names(where, f"{key}.files", entry.get("files"))
+            if set(files) != set(graphs):
+                raise PackageError(f"{where}: {key}.files must name the graphs {sorted(graphs)}")
+            _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
+            variants[name] = VariantEntry(
+                files, entry["weights"], "float32", str(entry.get("description", "")),
+                _encoder_measured(where, f"{key}.measured", entry.get("measured", {})),
+            )  # fmt: skip
+        if "fp32" not in variants:
+            raise PackageError(f"{where}: variants has no fp32")
+        version = data.get("min_onnxruntime", MIN_ONNXRUNTIME)
+        _want(where, "min_onnxruntime", version, str, "a version string")
+        return cls(
+            encoder, pad, graphs, variants, _names(where, "files", data.get("files")),
+            _source(where, data.get("source", {})), _int(where, "opset", data.get("opset", 21), 1),
+            version, data["format_version"],
+        )  # fmt: skip
+
+
+# what export measured of an encoder variant: its lowest cosine to the reference embeddings
+ENCODER_MEASURED_KEYS = ("min_cosine", "ms_per_text")
+
+
+def _encoder_measured(where: str, key: str, value: object) -> dict[str, float]:
+    out = {}
+    for name, x in _obj(where, key, value).items():
+        ok = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+        if name not in ENCODER_MEASURED_KEYS or not ok:
+            raise PackageError(f"{where}: {key}.{name}: one of {ENCODER_MEASURED_KEYS}, a number")
+        out[name] = float(x)
+    return out

@@ -45,8 +45,10 @@ from ..models.checkpoint import (
     load_checkpoint,
 )
 from ..models.gguf.reader import is_gguf_file
+from ..models.hf.encoders import is_encoder_folder
 from ..runtime.tokenizer import genai_tokenizer_problem, make_probe
 from .builder import OPSET, build_graphs
+from .encoder import export_encoder
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .ort_format import to_ort_format
 from .quality import calibration_batches, calibration_text, text_calibration_batches
@@ -393,6 +395,11 @@ def export_package(
     package appears whole or not at all (core.files.atomic_folder).
     """
     source, out_dir = Path(checkpoint_dir), Path(out_dir)
+    if is_encoder_folder(source):  # BERT & co: a sentence-embedding package (export/encoder.py)
+        if graph_format != "onnx" or calibrate_on is not None or check is not None:
+            raise ValueError("an encoder (sentence-embedding) package is exported as ONNX graphs, "
+                             "without --format ort or --calibrate")  # fmt: skip
+        return export_encoder(source, out_dir, variants, force, verbose)
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
     if is_gguf_file(source) and "gguf" not in variants:  # the file's own blocks, kept
         variants.append("gguf")

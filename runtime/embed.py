@@ -1,0 +1,177 @@
+"""Sentence embeddings from an encoder package (family "encoder"): Embedder(pkg).embed(texts).
+
+    texts -> tokenizer.json (cut at max_seq_length, special tokens included, as
+             sentence-transformers) -> batches of similar length (sorted, at most batch_size
+             rows, right-padded) -> encoder.onnx -> sentence_embedding (B, C), pooled (and
+             normalised) inside the graph -> rows back in the texts' order
+
+torch-free: onnxruntime, tokenizers and numpy. One Embedder may be shared by threads (a
+session's run is thread-safe; the tokenizer is only read).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core.files import sha256
+from ..core.format import CONFIG_FILE, ENCODER_GRAPH, SENTENCE_EMBEDDING, TOKENIZER_FILE
+from ..core.schema import EncoderModel, EncoderPackageConfig, PackageError
+from .package import _inside, read_json, resolve_package
+from .session import SessionSettings
+from .tokenizer import load_tokenizer
+
+DEFAULT_BATCH = 32
+
+
+@dataclass
+class EncoderTokenizer:
+    """The package's tokenizer, padding and truncation ours (not tokenizer.json's)."""
+
+    tok: object  # tokenizers.Tokenizer
+    max_len: int
+    pad_id: int
+
+    @classmethod
+    def from_file(cls, path: Path, model: EncoderModel, pad_id: int) -> EncoderTokenizer:
+        tok = load_tokenizer(path, model.vocab_size, f"model package {path.parent}")
+        tok.no_padding()
+        # the tokenizer's own truncation (its special tokens kept: [CLS] ... [SEP]); a text it
+        # cut has overflowing parts
+        tok.enable_truncation(model.max_seq_length)
+        return cls(tok, model.max_seq_length, pad_id)
+
+    def encode(self, texts: list[str], truncate: bool) -> list[list[int]]:
+        encodings = self.tok.encode_batch(texts)  # type: ignore[attr-defined]
+        if not truncate:
+            for i, e in enumerate(encodings):
+                if e.overflowing:
+                    raise ValueError(
+                        f"text {i} is over the model's max_seq_length of {self.max_len} tokens "
+                        "(truncate=True cuts it there, as sentence-transformers does)"
+                    )
+        return [e.ids for e in encodings]
+
+    def pad(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Right-padded (B, S) ids and mask."""
+        S = max(len(r) for r in rows)
+        ids = np.full((len(rows), S), self.pad_id, np.int64)
+        mask = np.zeros((len(rows), S), np.int64)
+        for b, r in enumerate(rows):
+            ids[b, : len(r)], mask[b, : len(r)] = r, 1
+        return ids, mask
+
+    def batch(self, texts: list[str], truncate: bool) -> tuple[np.ndarray, np.ndarray]:
+        return self.pad(self.encode(texts, truncate))
+
+
+def run_encoder(session, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """One batch through the graph: (B, S) -> (B, C) sentence embeddings."""
+    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    return session.run([SENTENCE_EMBEDDING], feed)[0]
+
+
+def load_encoder_package(path: str | os.PathLike, verify: bool = True):
+    """(folder, EncoderPackageConfig) of an encoder package, its files checked as
+    runtime.package.load_package checks a translator's; a package of another family, or a
+    folder that is not a package, is named as what it is."""
+    folder = resolve_package(path)
+    if not (folder / CONFIG_FILE).is_file():
+        from .package import not_a_package
+
+        what = not_a_package(folder) if folder.is_dir() else None
+        if what is not None:
+            raise PackageError(
+                f"{folder} is {what}, not a model package: export it first "
+                f"(edgeformer export {folder} PACKAGE_DIR)"
+            )
+        raise PackageError(f"model package not found: {folder} has no {CONFIG_FILE}")
+    where = f"model package {folder}: {CONFIG_FILE}"
+    data = read_json(folder / CONFIG_FILE, where)
+    if isinstance(data, dict) and data.get("format") is None and "architectures" in data:
+        raise PackageError(
+            f"{folder} is a Hugging Face model folder, not a model package: export it first "
+            f"(edgeformer export {folder} PACKAGE_DIR)"
+        )
+    config = EncoderPackageConfig.from_json(data, where)
+    for name in [*config.files, *(f for v in config.variants.values() for f in v.file_names)]:
+        _inside(folder, name)
+        if name not in config.files:
+            raise PackageError(f"model package {folder}: {name!r} is not in the checksum list")
+    for name, digest in config.files.items():
+        if not (folder / name).is_file():
+            raise PackageError(f"model package {folder} is missing {name}")
+        if verify and sha256(folder / name) != digest:
+            raise PackageError(f"model package {folder}: checksum mismatch for {name}")
+    return folder, config
+
+
+class Embedder:
+    """Sentence embeddings: Embedder(pkg).embed(["a text", ...]) -> (N, C) float32.
+
+    variant: one of the package's (fp32, int8, int4, int8-dynamic); batch_size: rows per
+    onnxruntime call (texts are sorted by length first, so a batch pads little); threads /
+    spinning / session_options / providers as Translator's."""
+
+    def __init__(
+        self,
+        package: str | os.PathLike,
+        variant: str = "fp32",
+        batch_size: int = DEFAULT_BATCH,
+        threads: int | None = None,
+        verify: bool = True,
+        settings: SessionSettings | None = None,
+    ):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
+        self.path, self.config = load_encoder_package(package, verify)
+        if variant not in self.config.variants:
+            raise ValueError(
+                f"variant {variant!r} is not in this package (it has "
+                f"{', '.join(self.config.variants)})"
+            )
+        self.variant, self.batch_size = variant, batch_size
+        settings = settings or SessionSettings(threads=threads)
+        graph = self.path / self.config.variants[variant].files[ENCODER_GRAPH]
+        self.session = settings.session(graph, "encoder")
+        self.tokenizer = EncoderTokenizer.from_file(
+            self.path / TOKENIZER_FILE, self.config.model, self.config.pad_id
+        )
+
+    @property
+    def dimension(self) -> int:
+        return self.config.dimension
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.config.model.max_seq_length
+
+    @property
+    def normalized(self) -> bool:
+        return self.config.model.normalize
+
+    def embed(self, texts: list[str] | tuple[str, ...], truncate: bool = True) -> np.ndarray:
+        """(len(texts), C) float32, row i the embedding of texts[i]. truncate: cut a text
+        longer than max_seq_length tokens there (sentence-transformers' behaviour); False: such
+        a text is a ValueError naming it."""
+        if isinstance(texts, str):
+            raise ValueError("embed takes a list of texts; give [text] for one")
+        texts = list(texts)
+        if not texts:
+            raise ValueError("embed got an empty list of texts")
+        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if bad:
+            raise ValueError(f"text {bad[0]} is a {type(texts[bad[0]]).__name__}, not a string")
+        rows = self.tokenizer.encode(texts, truncate)
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        out = np.empty((len(rows), self.dimension), np.float32)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            ids, mask = self.tokenizer.pad([rows[i] for i in chunk])
+            out[chunk] = run_encoder(self.session, ids, mask)
+        if not np.isfinite(out).all():
+            raise FloatingPointError("the encoder gave non-finite embeddings")
+        return out
