@@ -43,6 +43,10 @@ from .writer import write_graphs
 
 ENCODER_VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")
 FP32_MIN_COSINE = 0.9999
+# a random-weight encoder's embeddings share one large direction: halving one layer's FFN
+# weights still gave cosine 0.99998 (design notes, 2026-12-02), so fp32 is held to the relative
+# error too (measured ~1e-6)
+FP32_MAX_RELATIVE_ERROR = 1e-4
 QUANTIZED_MIN_COSINE = {"int8": 0.99, "int8-dynamic": 0.99, "int4": 0.95}
 PROBE_TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -210,6 +214,12 @@ def reference_embeddings(enc: EncoderWeights, ids: np.ndarray, mask: np.ndarray)
     return e
 
 
+def relative_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """||got - want|| / ||want|| per row."""
+    diff = np.linalg.norm(got.astype(np.float64) - want, axis=-1)
+    return diff / np.maximum(np.linalg.norm(want, axis=-1), 1e-30)
+
+
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = a.astype(np.float64), b.astype(np.float64)
     return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1),
@@ -279,15 +289,21 @@ def parity_gate(
         got = run_encoder(session, ids, mask)
         ms = (time.perf_counter() - t) * 1e3 / len(PROBE_TEXTS)
         low = float(cosines(got, want).min())
+        rel = float(relative_errors(got, want).max())
         bound = FP32_MIN_COSINE if variant == "fp32" else QUANTIZED_MIN_COSINE[variant]
-        _log(verbose, f"{variant}: lowest cosine to the reference {low:.6f} (bound {bound})")
-        if not np.isfinite(got).all() or low < bound:
+        _log(verbose, f"{variant}: lowest cosine to the reference {low:.6f} (bound {bound}), "
+             f"largest relative error {rel:.1e}")  # fmt: skip
+        far = variant == "fp32" and rel > FP32_MAX_RELATIVE_ERROR
+        if not np.isfinite(got).all() or low < bound or far:
             raise EncoderParityError(
                 f"{variant}: embeddings differ from the folder's model (lowest cosine {low:.6f}, "
-                f"bound {bound}): not written"
+                f"bound {bound}; largest relative error {rel:.1e}"
+                f"{f', bound {FP32_MAX_RELATIVE_ERROR}' if variant == 'fp32' else ''}): "
+                "not written"
             )
+        measured = {"min_cosine": low, "max_relative_error": rel, "ms_per_text": ms}
         out[variant] = VariantEntry(entry.files, entry.weights, entry.io_dtype, entry.description,
-                                    {"min_cosine": low, "ms_per_text": ms})  # fmt: skip
+                                    measured)  # fmt: skip
     return out
 
 

@@ -36,6 +36,7 @@ export default {
   },
   "measured_keys": [
    "min_cosine",
+   "max_relative_error",
    "ms_per_text"
   ],
   "model_keys": [
