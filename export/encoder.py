@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.files import atomic_folder, sha256
+from ..core.files import sha256
 from ..core.format import (
     CONFIG_FILE,
     ENCODER_GRAPH,
@@ -307,21 +307,4 @@ def parity_gate(
     return out
 
 
-def export_encoder(
-    src: str | Path, out: str | Path, variants: str | list[str] | tuple[str, ...] = ("fp32",),
-    force: bool = False, verbose: bool = True,
-) -> Path:  # fmt: skip
-    """An encoder-only Hugging Face folder -> the package `out` (whole or not at all)."""
-    from .exporter import check_target
-
-    src, out = Path(src), Path(out)
-    chosen = check_variants(variants)
-    check_target(src, out, force)
-    t0 = time.perf_counter()
-    with atomic_folder(out) as tmp:
-        write_encoder_package(src, tmp, chosen, verbose)
-    _log(verbose, f"wrote {out} in {time.perf_counter() - t0:.1f} s")
-    return out
-
-
-__all__ = ["EncoderModel", "export_encoder", "reference_embeddings"]
+__all__ = ["EncoderModel", "reference_embeddings", "write_encoder_package"]

@@ -18,9 +18,9 @@ from edgeformer.core.schema import PackageError  # noqa: E402
 from edgeformer.export.encoder import (  # noqa: E402
     EncoderParityError,
     cosines,
-    export_encoder,
     relative_errors,
 )  # noqa: E402
+from edgeformer.export.exporter import export_encoder  # noqa: E402
 from edgeformer.runtime.embed import Embedder  # noqa: E402
 
 WORDS = (
