@@ -18,7 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from ..core.files import sha256
-from ..core.format import CONFIG_FILE, ENCODER_GRAPH, SENTENCE_EMBEDDING, TOKENIZER_FILE
+from ..core.format import (
+    CONFIG_FILE,
+    ENCODER_FAMILY,
+    ENCODER_GRAPH,
+    SENTENCE_EMBEDDING,
+    TOKENIZER_FILE,
+)
 from ..core.schema import EncoderModel, EncoderPackageConfig, PackageError
 from .package import _inside, read_json, resolve_package
 from .session import SessionSettings
@@ -109,6 +115,15 @@ def load_encoder_package(path: str | os.PathLike, verify: bool = True):
     return folder, config
 
 
+def is_encoder_package(path: str | os.PathLike) -> bool:
+    """A folder whose config.json says it is an encoder package (nothing else checked)."""
+    try:
+        data = read_json(resolve_package(path) / CONFIG_FILE, str(path))
+    except (OSError, PackageError):
+        return False
+    return isinstance(data, dict) and data.get("family") == ENCODER_FAMILY
+
+
 class Embedder:
     """Sentence embeddings: Embedder(pkg).embed(["a text", ...]) -> (N, C) float32.
 
@@ -157,15 +172,25 @@ class Embedder:
         """(len(texts), C) float32, row i the embedding of texts[i]. truncate: cut a text
         longer than max_seq_length tokens there (sentence-transformers' behaviour); False: such
         a text is a ValueError naming it."""
+        texts = self.check_texts(texts)
+        return self.embed_ids(self.tokenizer.encode(texts, truncate))
+
+    def check_texts(self, texts: object) -> list[str]:
+        """texts as a non-empty list of strings, or a ValueError naming the problem."""
         if isinstance(texts, str):
             raise ValueError("embed takes a list of texts; give [text] for one")
-        texts = list(texts)
+        if not isinstance(texts, list | tuple):
+            raise ValueError(f"embed takes a list of texts, got a {type(texts).__name__}")
         if not texts:
             raise ValueError("embed got an empty list of texts")
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:
             raise ValueError(f"text {bad[0]} is a {type(texts[bad[0]]).__name__}, not a string")
-        rows = self.tokenizer.encode(texts, truncate)
+        return list(texts)
+
+    def embed_ids(self, rows: list[list[int]]) -> np.ndarray:
+        """Token ids (EncoderTokenizer.encode's) -> (N, C) float32: sorted by length, batched
+        by batch_size, returned in the given order."""
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         out = np.empty((len(rows), self.dimension), np.float32)
         for start in range(0, len(order), self.batch_size):

@@ -398,3 +398,42 @@ def test_embed_command(packages, tmp_path, capsys):
     assert np.allclose([r["embedding"] for r in rows], want, atol=1e-6)
     assert main(["embed", str(package), "a", "--output", str(tmp_path / "x.csv")]) != 0
     assert "a .npy or .jsonl file" in capsys.readouterr().err
+
+
+def test_embeddings_route(packages, lm_package):
+    """/v1/embeddings beside an LM: OpenAI's client, base64, errors named as OpenAI's."""
+    pytest.importorskip("starlette")
+    openai = pytest.importorskip("openai")
+    import base64
+
+    import httpx
+
+    from edgeformer.runtime.serve.app import ServeConfig, create_app, running
+
+    _, package = packages["bert-st-cls"]
+    want = Embedder(package).embed(["a dog", "the zebra ran"])
+    app = create_app(ServeConfig(packages=(f"emb={package}", f"lm={lm_package}")))
+    with running(app) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+        got = client.embeddings.create(model="emb", input=["a dog", "the zebra ran"])
+        assert [d.index for d in got.data] == [0, 1] and got.usage.prompt_tokens > 4
+        assert np.allclose([d.embedding for d in got.data], want, atol=1e-6)
+        raw = httpx.post(
+            f"{url}/v1/embeddings",
+            json={"model": "emb", "input": "a dog", "encoding_format": "base64"},
+        ).json()
+        vector = np.frombuffer(base64.b64decode(raw["data"][0]["embedding"]), "<f4")
+        assert np.allclose(vector, want[0], atol=1e-6)
+        for body, message in (
+            ({"model": "emb", "input": []}, "non-empty list of texts"),
+            ({"model": "emb", "input": " ".join(WORDS * 3)}, "over the model's max_seq_length"),
+            ({"model": "emb", "input": "a", "dimensions": 8}, "this model gives 48"),
+            ({"model": "lm", "input": "a"}, "is a language model"),
+            ({"model": "emb", "input": "a", "top_k": 3}, "unrecognized request argument"),
+        ):
+            r = httpx.post(f"{url}/v1/embeddings", json=body)
+            assert r.status_code == 400 and message in r.json()["error"]["message"], r.text
+        r = httpx.post(f"{url}/v1/completions", json={"model": "emb", "prompt": "a"})
+        assert "a sentence-embedding model: use /v1/embeddings" in r.json()["error"]["message"]
+        card = httpx.get(f"{url}/v1/models/emb").json()
+        assert (card["task"], card["dimensions"], card["normalized"]) == ("embed", 48, True)
