@@ -281,11 +281,21 @@ ENCODER_MODEL_KEYS = (
 ENCODER_ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 
 
-def encoder_io_names() -> dict[str, dict[str, list[str]]]:
-    """The input and output names of an encoder package's one graph."""
+# a cross-encoder (model.num_labels >= 1: a text pair -> scores) outputs its classifier's
+# logits (B, num_labels) instead of sentence_embedding
+CLASSIFIER_LOGITS = "logits"
+CLASSIFIER_ACTIVATIONS = ("tanh", "relu")  # between the classifier's two layers
+
+
+def encoder_io_names(classifier: bool = False) -> dict[str, dict[str, list[str]]]:
+    """The input and output names of an encoder package's one graph (classifier: a
+    cross-encoder's)."""
     return {
         ENCODER_GRAPH: {
             "inputs": ["input_ids", "attention_mask", "token_type_ids"],
-            "outputs": ["last_hidden_state", SENTENCE_EMBEDDING],
+            "outputs": [
+                "last_hidden_state",
+                CLASSIFIER_LOGITS if classifier else SENTENCE_EMBEDDING,
+            ],
         }
     }

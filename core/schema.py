@@ -15,6 +15,7 @@ import numpy as np
 
 from .config import FAMILIES, ModelConfig
 from .format import (
+    CLASSIFIER_ACTIVATIONS,
     CONFIG_FILE,
     ENCODER_ACTIVATIONS,
     ENCODER_FAMILY,
@@ -360,6 +361,10 @@ class EncoderModel:
     pooling: str
     normalize: bool
     max_seq_length: int
+    # a cross-encoder: its classifier's labels (0: a sentence-embedding model) and the
+    # activation between its two layers (BERT / RoBERTa: tanh, DistilBERT: relu)
+    num_labels: int = 0
+    classifier_act: str | None = None
 
 
 @dataclass(frozen=True)
@@ -414,14 +419,20 @@ class EncoderPackageConfig:
         offset = _int(where, "model.position_offset", model.get("position_offset"), 0)
         most = sizes["max_position_embeddings"] - offset
         length = _int(where, "model.max_seq_length", model.get("max_seq_length"), 2, most + 1)
+        labels = _int(where, "model.num_labels", model.get("num_labels", 0), 0, 1 << 16)
+        act = model.get("classifier_act")
+        if labels and act not in CLASSIFIER_ACTIVATIONS:
+            raise PackageError(f"{where}: model.classifier_act must be one of "
+                               f"{CLASSIFIER_ACTIVATIONS}")  # fmt: skip
         encoder = EncoderModel(
             model["architecture"], **sizes, hidden_act=model["hidden_act"],
             layer_norm_eps=float(eps), position_offset=offset,  # type: ignore[arg-type]
             pooling=model["pooling"], normalize=model["normalize"], max_seq_length=length,
+            num_labels=labels, classifier_act=act if labels else None,
         )  # fmt: skip
         pad = _int(where, "pad_id", data.get("pad_id"), 0, sizes["vocab_size"])
         graphs = _obj(where, "graphs", data.get("graphs"))
-        if graphs != encoder_io_names():
+        if graphs != encoder_io_names(labels > 0):
             raise PackageError(f"{where}: graphs do not match the package contract of an encoder")
         variants = {}
         for name, entry in _obj(where, "variants", data.get("variants")).items():

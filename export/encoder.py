@@ -29,6 +29,7 @@ import numpy as np
 
 from ..core.files import sha256
 from ..core.format import (
+    CLASSIFIER_LOGITS,
     CONFIG_FILE,
     ENCODER_GRAPH,
     SENTENCE_EMBEDDING,
@@ -128,10 +129,19 @@ class EncoderBuilder(Builder):
             y, b = self.feed_forward(g, ffn, f"enc.{i}.ffn")(x)
             x = self.skip_norm(g, y, x, self.norm_params(g, (self.module(f"{p}.ffn_norm"),
                                f"enc.{i}.ffn_norm"), False), b)  # fmt: skip
-        pooled = self.pool(g, x, mask)
         g.output(x, "last_hidden_state", TP.FLOAT, [B, S, C])
-        g.output(pooled, SENTENCE_EMBEDDING, TP.FLOAT, [B, C])
+        if m.num_labels:  # a cross-encoder: the classifier over the first token
+            logits = self.classify(g, g.op("Gather", ["last_hidden_state", g.const(0)], axis=1))
+            g.output(logits, CLASSIFIER_LOGITS, TP.FLOAT, [B, m.num_labels])
+        else:
+            g.output(self.pool(g, "last_hidden_state", mask), SENTENCE_EMBEDDING, TP.FLOAT, [B, C])
         return g
+
+    def classify(self, g: Graph, first: str) -> str:
+        """(B, C) -> (B, labels): dense, tanh (relu: DistilBERT), out."""
+        h, _ = self.linear(g, first, self.module("head.dense"), "head.dense")
+        h = g.op("Tanh" if self.m.classifier_act == "tanh" else "Relu", [h])
+        return self.linear(g, h, self.module("head.out"), "head.out")[0]
 
     def pool(self, g: Graph, h: str, mask: str) -> str:
         """(B, S, C) -> (B, C): sentence-transformers' Pooling (mean: over real tokens, the
@@ -174,8 +184,11 @@ def _act(x: np.ndarray, kind: str) -> np.ndarray:
     return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
 
 
-def reference_embeddings(enc: EncoderWeights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """(B, S) -> (B, C) in float64 numpy, independent of the graph: what the gate compares to."""
+def reference_embeddings(
+    enc: EncoderWeights, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None = None
+) -> np.ndarray:
+    """(B, S) -> (B, C) in float64 numpy, independent of the graph: what the gate compares to
+    (a cross-encoder: its (B, labels) logits)."""
     m = enc.model
     t = {k: v.double().numpy() for k, v in enc.tensors.items()}
     H, C = m.num_attention_heads, m.hidden_size
@@ -184,7 +197,7 @@ def reference_embeddings(enc: EncoderWeights, ids: np.ndarray, mask: np.ndarray)
     pos = np.maximum(np.cumsum(mask, 1) * mask + m.position_offset - 1, 0)
     x = t["embed.word"][ids] + t["embed.position"][pos]
     if "embed.type" in t:
-        x = x + t["embed.type"][0]
+        x = x + t["embed.type"][np.zeros_like(ids) if types is None else types]
     x = _ln(x, t["embed.norm.weight"], t["embed.norm.bias"], m.layer_norm_eps)
     bias = np.where(mask[:, None, None, :] > 0, 0.0, -np.inf)  # (B, 1, 1, S)
 
@@ -202,6 +215,9 @@ def reference_embeddings(enc: EncoderWeights, ids: np.ndarray, mask: np.ndarray)
                 m.layer_norm_eps)  # fmt: skip
         y = lin(_act(lin(x, f"{p}.up"), m.hidden_act), f"{p}.down")
         x = _ln(x + y, t[f"{p}.ffn_norm.weight"], t[f"{p}.ffn_norm.bias"], m.layer_norm_eps)
+    if m.num_labels:
+        h = np.tanh if m.classifier_act == "tanh" else (lambda a: np.maximum(a, 0))
+        return lin(h(lin(x[:, 0], "head.dense")), "head.out")
     mf = mask[..., None].astype(np.float64)
     if m.pooling == "cls":
         e = x[:, 0]
@@ -263,7 +279,7 @@ def write_encoder_package(
     entries = parity_gate(tmp, enc, entries, verbose)
     listed = [TOKENIZER_FILE, *(f for e in entries.values() for f in e.file_names)]
     config = EncoderPackageConfig(
-        model=m, pad_id=enc.pad_id, graphs=encoder_io_names(), variants=entries,
+        model=m, pad_id=enc.pad_id, graphs=encoder_io_names(m.num_labels > 0), variants=entries,
         files={name: sha256(tmp / name) for name in listed},
         source={"format": "huggingface", "architecture": enc.architecture}, opset=OPSET,
     )  # fmt: skip
@@ -280,16 +296,24 @@ def parity_gate(
     from ..runtime.session import create_session
 
     tok = EncoderTokenizer.from_file(tmp / TOKENIZER_FILE, enc.model, enc.pad_id)
-    ids, mask = tok.batch(PROBE_TEXTS, truncate=True)
-    want = reference_embeddings(enc, ids, mask)
+    cross = enc.model.num_labels > 0
+    if cross:  # (query, document) pairs; the logits of every pair compared as one vector
+        rows, type_rows = tok.encode_pairs([(PROBE_TEXTS[0], t) for t in PROBE_TEXTS], True)
+        ids, mask = tok.pad(rows)
+        types: np.ndarray | None = tok.pad_types(type_rows, ids.shape[1])
+    else:
+        (ids, mask), types = tok.batch(PROBE_TEXTS, truncate=True), None
+    want = reference_embeddings(enc, ids, mask, types)
+    output = CLASSIFIER_LOGITS if cross else SENTENCE_EMBEDDING
     out = {}
     for variant, entry in entries.items():
         session = create_session(tmp / entry.files[ENCODER_GRAPH], threads=1)
         t = time.perf_counter()
-        got = run_encoder(session, ids, mask)
+        got = run_encoder(session, ids, mask, types, output)
         ms = (time.perf_counter() - t) * 1e3 / len(PROBE_TEXTS)
-        low = float(cosines(got, want).min())
-        rel = float(relative_errors(got, want).max())
+        a, b = (got.reshape(1, -1), want.reshape(1, -1)) if cross else (got, want)
+        low = float(cosines(a, b).min())
+        rel = float(relative_errors(a, b).max())
         bound = FP32_MIN_COSINE if variant == "fp32" else QUANTIZED_MIN_COSINE[variant]
         _log(verbose, f"{variant}: lowest cosine to the reference {low:.6f} (bound {bound}), "
              f"largest relative error {rel:.1e}")  # fmt: skip

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.files import sha256
 from ..core.format import (
+    CLASSIFIER_LOGITS,
     CONFIG_FILE,
     ENCODER_FAMILY,
     ENCODER_GRAPH,
@@ -50,16 +51,27 @@ class EncoderTokenizer:
         tok.enable_truncation(model.max_seq_length)
         return cls(tok, model.max_seq_length, pad_id)
 
-    def encode(self, texts: list[str], truncate: bool) -> list[list[int]]:
-        encodings = self.tok.encode_batch(texts)  # type: ignore[attr-defined]
+    def encodings(self, inputs: list, truncate: bool, what: str = "text") -> list:
+        """tokenizers' Encodings of texts (or (query, document) pairs, cut longest first)."""
+        encodings = self.tok.encode_batch(inputs)  # type: ignore[attr-defined]
         if not truncate:
             for i, e in enumerate(encodings):
                 if e.overflowing:
                     raise ValueError(
-                        f"text {i} is over the model's max_seq_length of {self.max_len} tokens "
+                        f"{what} {i} is over the model's max_seq_length of {self.max_len} tokens "
                         "(truncate=True cuts it there, as sentence-transformers does)"
                     )
-        return [e.ids for e in encodings]
+        return encodings
+
+    def encode(self, texts: list[str], truncate: bool) -> list[list[int]]:
+        return [e.ids for e in self.encodings(texts, truncate)]
+
+    def encode_pairs(
+        self, pairs: list[tuple[str, str]], truncate: bool
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        """(ids, token type ids) of each pair, as a cross-encoder reads it."""
+        found = self.encodings(pairs, truncate, "pair")
+        return [e.ids for e in found], [e.type_ids for e in found]
 
     def pad(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Right-padded (B, S) ids and mask."""
@@ -70,14 +82,26 @@ class EncoderTokenizer:
             ids[b, : len(r)], mask[b, : len(r)] = r, 1
         return ids, mask
 
+    @staticmethod
+    def pad_types(types: list[list[int]], S: int) -> np.ndarray:
+        out = np.zeros((len(types), S), np.int64)
+        for b, t in enumerate(types):
+            out[b, : len(t)] = t
+        return out
+
     def batch(self, texts: list[str], truncate: bool) -> tuple[np.ndarray, np.ndarray]:
         return self.pad(self.encode(texts, truncate))
 
 
-def run_encoder(session, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """One batch through the graph: (B, S) -> (B, C) sentence embeddings."""
-    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    return session.run([SENTENCE_EMBEDDING], feed)[0]
+def run_encoder(
+    session, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None = None,
+    output: str = SENTENCE_EMBEDDING,
+) -> np.ndarray:  # fmt: skip
+    """One batch through the graph: (B, S) -> (B, C) sentence embeddings (or, output
+    CLASSIFIER_LOGITS, a cross-encoder's (B, num_labels) logits)."""
+    types = np.zeros_like(ids) if types is None else types
+    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return session.run([output], feed)[0]
 
 
 def load_encoder_package(path: str | os.PathLike, verify: bool = True):
@@ -128,8 +152,10 @@ class Embedder:
     """Sentence embeddings: Embedder(pkg).embed(["a text", ...]) -> (N, C) float32.
 
     variant: one of the package's (fp32, int8, int4, int8-dynamic); batch_size: rows per
-    onnxruntime call (texts are sorted by length first, so a batch pads little); threads /
-    spinning / session_options / providers as Translator's."""
+    onnxruntime call (texts are sorted by length first, so a batch pads little); threads, or
+    settings (SessionSettings: spinning, session options, providers) as Translator's."""
+
+    classifier = False  # Reranker: a cross-encoder's package
 
     def __init__(
         self,
@@ -143,6 +169,13 @@ class Embedder:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
         self.path, self.config = load_encoder_package(package, verify)
+        if bool(self.config.model.num_labels) != self.classifier:
+            what = (
+                "a sentence-embedding model, not a cross-encoder: use Embedder"
+                if self.classifier
+                else "a cross-encoder (a text pair -> scores): use Reranker"
+            )
+            raise PackageError(f"model package {self.path} is {what}")
         if variant not in self.config.variants:
             raise ValueError(
                 f"variant {variant!r} is not in this package (it has "
@@ -200,3 +233,32 @@ class Embedder:
         if not np.isfinite(out).all():
             raise FloatingPointError("the encoder gave non-finite embeddings")
         return out
+
+
+class Reranker(Embedder):
+    """A cross-encoder (BertForSequenceClassification, bge-reranker's XLMRoberta...): each
+    (query, document) pair read together -> its classifier's logits, as sentence-transformers'
+    CrossEncoder.predict without an activation (one label: a relevance logit; apply a sigmoid
+    for a probability)."""
+
+    classifier = True
+
+    def score(
+        self, query: str, documents: list[str] | tuple[str, ...], truncate: bool = True
+    ) -> np.ndarray:
+        """(len(documents),) float32 for a one-label model, else (len(documents), labels); a
+        pair over max_seq_length is cut longest first (truncate) or a ValueError."""
+        if not isinstance(query, str):
+            raise ValueError(f"query must be a string, got a {type(query).__name__}")
+        docs = self.check_texts(documents)
+        ids, types = self.tokenizer.encode_pairs([(query, d) for d in docs], truncate)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out = np.empty((len(ids), self.config.model.num_labels), np.float32)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            x, mask = self.tokenizer.pad([ids[i] for i in chunk])
+            t = self.tokenizer.pad_types([types[i] for i in chunk], x.shape[1])
+            out[chunk] = run_encoder(self.session, x, mask, t, CLASSIFIER_LOGITS)
+        if not np.isfinite(out).all():
+            raise FloatingPointError("the cross-encoder gave non-finite scores")
+        return out[:, 0] if out.shape[1] == 1 else out

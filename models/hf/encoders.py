@@ -66,8 +66,18 @@ class EncoderLoader:
 
     embed_names: ClassVar[dict[str, str]] = {}
 
-    def weights(self, w: WeightReader, n_layers: int) -> dict[str, torch.Tensor]:
+    # a cross-encoder's classifier: (its first layer, its second layer, the activation between)
+    classifier: ClassVar[tuple[str, str, str]] = ("", "", "")
+
+    def weights(
+        self, w: WeightReader, n_layers: int, classifier: bool = False
+    ) -> dict[str, torch.Tensor]:
         out = {ours: w[theirs] for ours, theirs in self.embed_names.items() if theirs in w}
+        if classifier:
+            first, second, _ = self.classifier
+            for part in ("weight", "bias"):
+                out[f"head.dense.{part}"] = w[f"{first}.{part}"]
+                out[f"head.out.{part}"] = w[f"{second}.{part}"]
         for i in range(n_layers):
             for ours, theirs in self.layer_names(i).items():
                 out[f"layers.{i}.{ours}"] = w[theirs]
@@ -79,8 +89,10 @@ class BertLoader(EncoderLoader):
         "BertModel",
         "BertForMaskedLM",
         "BertForPreTraining",
+        "BertForSequenceClassification",
     )
     model_types: ClassVar[tuple[str, ...]] = ("bert",)
+    classifier = ("pooler.dense", "classifier", "tanh")
     defaults = {"hidden_act": "gelu", "layer_norm_eps": 1e-12, "type_vocab_size": 2,
                 "pad_token_id": 0, "position_embedding_type": "absolute"}  # fmt: skip
     embed_names = {
@@ -124,7 +136,9 @@ class BertLoader(EncoderLoader):
 
 class RobertaLoader(BertLoader):
     architectures = ("RobertaModel", "RobertaForMaskedLM", "XLMRobertaModel",
-                     "XLMRobertaForMaskedLM")  # fmt: skip
+                     "XLMRobertaForMaskedLM", "RobertaForSequenceClassification",
+                     "XLMRobertaForSequenceClassification")  # fmt: skip
+    classifier = ("classifier.dense", "classifier.out_proj", "tanh")
     model_types = ("roberta", "xlm-roberta")
     defaults = BertLoader.defaults | {"type_vocab_size": 1, "pad_token_id": 1}
 
@@ -134,7 +148,9 @@ class RobertaLoader(BertLoader):
 
 
 class DistilBertLoader(EncoderLoader):
-    architectures = ("DistilBertModel", "DistilBertForMaskedLM")
+    architectures = ("DistilBertModel", "DistilBertForMaskedLM",
+                     "DistilBertForSequenceClassification")  # fmt: skip
+    classifier = ("pre_classifier", "classifier", "relu")
     model_types = ("distilbert",)
     defaults = {"activation": "gelu", "pad_token_id": 0, "sinusoidal_pos_embds": False}
     embed_names = {
@@ -205,11 +221,6 @@ def is_encoder_folder(path: Path) -> bool:
 def loader_for(hf: dict) -> tuple[str, EncoderLoader]:
     arch = architecture_of(hf)
     if arch not in ENCODER_LOADERS:
-        if isinstance(arch, str) and arch.endswith("ForSequenceClassification"):
-            raise ValueError(
-                f"{arch} is a cross-encoder (a text pair -> a score), not a sentence-embedding "
-                "model: edgeformer does not convert its classifier yet"
-            )
         raise ValueError(
             f"unsupported encoder: architectures={hf.get('architectures')!r} (edgeformer "
             f"embeds with {', '.join(ENCODER_LOADERS)})"
@@ -308,7 +319,8 @@ def load_encoder(src: Path) -> EncoderWeights:
     if sizes["hidden_size"] % sizes["num_attention_heads"]:
         raise f.bad("hidden_size", sizes["hidden_size"], "a multiple of num_attention_heads")
     pad = f.positive("pad_token_id") if f.get("pad_token_id") else 0
-    pooling = sentence_transformers_pooling(src)
+    cross = arch.endswith("ForSequenceClassification")
+    pooling = Pooling("cls", False) if cross else sentence_transformers_pooling(src)
     positions = sizes["max_position_embeddings"] - sizes["position_offset"]
     if positions < 2:
         raise f.bad(
@@ -320,6 +332,8 @@ def load_encoder(src: Path) -> EncoderWeights:
         pooling=pooling.mode,
         normalize=pooling.normalize,
         max_seq_length=max_seq_length(src, pooling, positions),
+        num_labels=num_labels(f) if cross else 0,
+        classifier_act=loader.classifier[2] if cross else None,
     )
     raw = load_weights(src)
     prefix = PREFIXES[hf["model_type"]]
@@ -327,7 +341,7 @@ def load_encoder(src: Path) -> EncoderWeights:
         prefix = ""
     w = WeightReader(raw, prefix)
     try:
-        tensors = loader.weights(w, model.num_hidden_layers)
+        tensors = loader.weights(w, model.num_hidden_layers, cross)
     except KeyError as e:
         raise ValueError(f"{arch} weights: missing tensor {e.args[0]!r}") from None
     extra = sorted(k for k in set(w) - w.read if not k.startswith(HEADS_IGNORED)
@@ -338,6 +352,16 @@ def load_encoder(src: Path) -> EncoderWeights:
     return EncoderWeights(model, pad, {k: v.float() for k, v in tensors.items()}, arch)
 
 
+def num_labels(f: Fields) -> int:
+    """A classifier's labels: config.json's id2label (transformers' num_labels), else 2."""
+    labels = f.get("id2label")
+    if labels is None:
+        return 2
+    if not isinstance(labels, dict) or not labels:
+        raise f.bad("id2label", labels, "a map of label ids to names")
+    return len(labels)
+
+
 def check_shapes(m: EncoderModel, t: dict[str, torch.Tensor], arch: str) -> None:
     C, F = m.hidden_size, m.intermediate_size
     want: dict[str, tuple[int, ...]] = {
@@ -346,6 +370,10 @@ def check_shapes(m: EncoderModel, t: dict[str, torch.Tensor], arch: str) -> None
     }  # fmt: skip
     if "embed.type" in t:
         want["embed.type"] = (m.type_vocab_size, C)
+    if m.num_labels:
+        L = m.num_labels
+        want |= {"head.dense.weight": (C, C), "head.dense.bias": (C,),
+                 "head.out.weight": (L, C), "head.out.bias": (L,)}  # fmt: skip
     for i in range(m.num_hidden_layers):
         for name, shape in (("q", (C, C)), ("k", (C, C)), ("v", (C, C)), ("out", (C, C)),
                             ("up", (F, C)), ("down", (C, F))):  # fmt: skip

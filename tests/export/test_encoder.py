@@ -32,6 +32,7 @@ SENTENCES = [
     " ".join(WORDS[(7 * i + 3 * j) % len(WORDS)] for j in range(1 + i % 60)) for i in range(300)
 ]
 MAX_POSITIONS = 40
+CASES_PACKAGES: dict[str, Path] = {}  # embedding packages the tests made (for the rerankers')
 
 
 def wordpiece(folder: Path) -> None:
@@ -46,7 +47,9 @@ def wordpiece(folder: Path) -> None:
     )
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
     )
     tok.save(str(folder / "tokenizer.json"))
 
@@ -81,7 +84,9 @@ def unigram(folder: Path) -> None:
         ),
     )
     tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+        single="<s> $A </s>",
+        pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", 0), ("</s>", 2)],
     )
     tok.save(str(folder / "tokenizer.json"))
 
@@ -248,6 +253,7 @@ def transformers_embeddings(folder: Path, texts: list[str]) -> np.ndarray:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_parity_with_transformers(packages, name):
+    CASES_PACKAGES[name] = packages[name][1]
     """fp32 cosine >= 0.9999 with transformers' pooled output on 300 sentences (the longest
     truncated at max_seq_length); int8 and int8-dynamic >= 0.99."""
     folder, package = packages[name]
@@ -347,7 +353,10 @@ def test_unsupported_folders(tmp_path, packages):
     (cross / "config.json").write_text(
         json.dumps(cfg | {"architectures": ["BertForSequenceClassification"]})
     )
-    with pytest.raises(ValueError, match="a cross-encoder"):
+    (cross / "config.json").write_text(
+        json.dumps(cfg | {"architectures": ["BertForTokenClassification"]})
+    )
+    with pytest.raises(ValueError, match="unsupported encoder: architectures=.'BertForTokenCl"):
         export_encoder(cross, tmp_path / "out", verbose=False)
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="has no variant"):
@@ -362,9 +371,9 @@ def test_parity_gate_fails(packages, tmp_path, monkeypatch):
     folder, _ = packages["bert"]
     real = encoder.reference_embeddings
 
-    def wrong(enc, ids, mask):
+    def wrong(enc, ids, mask, types=None):
         enc.tensors["layers.0.up.weight"] = enc.tensors["layers.0.up.weight"] * 0.9
-        return real(enc, ids, mask)
+        return real(enc, ids, mask, types)
 
     monkeypatch.setattr(encoder, "reference_embeddings", wrong)
     with pytest.raises(EncoderParityError, match="fp32: embeddings differ"):
@@ -437,3 +446,61 @@ def test_embeddings_route(packages, lm_package):
         assert "a sentence-embedding model: use /v1/embeddings" in r.json()["error"]["message"]
         card = httpx.get(f"{url}/v1/models/emb").json()
         assert (card["task"], card["dimensions"], card["normalized"]) == ("embed", 48, True)
+
+
+# cross-encoders: (config class, model class, fields, tokenizer, labels)
+RERANKERS = {
+    "bert-rerank": ("BertConfig", "BertForSequenceClassification", {}, wordpiece, 1),
+    "distilbert-rerank": ("DistilBertConfig", "DistilBertForSequenceClassification", {},
+                          wordpiece, 2),
+    "xlm-roberta-rerank": ("XLMRobertaConfig", "XLMRobertaForSequenceClassification",
+                           {"pad_token_id": 1}, unigram, 1),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rerankers(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    root = tmp_path_factory.mktemp("rerankers")
+    out = {}
+    for name, (config_name, model_name, fields, tokenizer, labels) in RERANKERS.items():
+        CASES[name] = (config_name, model_name, {**fields, "num_labels": labels}, tokenizer, None)
+        try:
+            folder = make_folder(root, name)
+        finally:
+            del CASES[name]
+        out[name] = folder, export_encoder(folder, root / f"{name}.pkg", "int8", verbose=False)
+    return out
+
+
+@pytest.mark.parametrize("name", list(RERANKERS))
+def test_reranker_parity(rerankers, name):
+    """Reranker.score equals transformers' logits of the (query, document) pairs (token types
+    and longest-first truncation included); int8 keeps the order of the documents' scores."""
+    import torch
+
+    from edgeformer.runtime.embed import Reranker
+
+    folder, package = rerankers[name]
+    query, docs = SENTENCES[5], SENTENCES[:120]
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    tok.pad_token = tok.convert_ids_to_tokens(model.config.pad_token_id)
+    offset = model.config.pad_token_id + 1 if "roberta" in model.config.model_type else 0
+    bert = model.config.model_type == "bert"  # BERT reads the pair's segment ids
+    batch = tok([query] * len(docs), docs, padding=True, truncation=True,
+                max_length=MAX_POSITIONS - offset, return_tensors="pt",
+                return_token_type_ids=bert)  # fmt: skip
+    with torch.no_grad():
+        want = model(**batch).logits.numpy()
+    want = want[:, 0] if want.shape[1] == 1 else want
+    got = Reranker(package, batch_size=16).score(query, docs)
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
+    low = Reranker(package, "int8").score(query, docs)
+    assert cosines(low.reshape(1, -1), want.reshape(1, -1))[0] >= 0.99
+    with pytest.raises(
+        PackageError, match="is a cross-encoder .a text pair -> scores.: use Rerank"
+    ):
+        Embedder(package)
+    with pytest.raises(PackageError, match="not a cross-encoder: use Embedder"):
+        Reranker(next(iter(CASES_PACKAGES.values())))
