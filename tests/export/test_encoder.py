@@ -384,8 +384,13 @@ def test_parity_gate_fails(packages, tmp_path, monkeypatch):
 def test_embed_command(packages, tmp_path, capsys):
     from edgeformer.cli import main
 
-    _, package = packages["roberta"]
+    folder, package = packages["roberta"]
     want = Embedder(package).embed(["a dog", "the zebra ran"])
+    # edgeformer export sends an encoder folder to export_encoder: the same package
+    assert main(["export", str(folder), str(tmp_path / "cli.pkg"), "--quantize", "int8"]) == 0
+    assert np.allclose(Embedder(tmp_path / "cli.pkg").embed(["a dog", "the zebra ran"]), want)
+    assert "int8" in Embedder(tmp_path / "cli.pkg", "int8").config.variants
+    capsys.readouterr()  # export's lines
     (tmp_path / "in.txt").write_text("a dog\nthe zebra ran\n")
     assert (
         main(
