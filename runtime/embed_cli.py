@@ -25,17 +25,24 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "embed") -> None:
     p.add_argument("package", help="an encoder package folder (edgeformer export of a BERT-like "
                    "Hugging Face folder)")  # fmt: skip
     p.add_argument("texts", nargs="*", help="texts to embed (default: the lines of --input)")
-    p.add_argument("--input", metavar="FILE", help="a UTF-8 file, one text a line")
+    p.add_argument(
+        "--input",
+        metavar="FILE",
+        help="a UTF-8 file, one text a line (default: none; the TEXT arguments)",
+    )
     p.add_argument("--output", metavar="FILE", help="X.npy (float32 (N, C)) or X.jsonl "
-                   "(default: JSONL on stdout)")  # fmt: skip
-    p.add_argument("--variant", default="fp32", help="the package's variant (default: fp32)")
+                   "(default: none; JSONL on stdout)")  # fmt: skip
+    p.add_argument(
+        "--variant", default="fp32", help="which of the package's variants runs (default: fp32)"
+    )
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="onnxruntime intra-op threads (default: one per core)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, metavar="N",
                    help=f"texts per onnxruntime call (default: {DEFAULT_BATCH})")  # fmt: skip
     p.add_argument(
         "--no-truncate", action="store_true",
-        help="a text over the model's max_seq_length is an error, not cut there",
+        help="a text over the model's max_seq_length is an error, not cut there (default: "
+        "off: cut there, as sentence-transformers)",
     )  # fmt: skip
 
 
