@@ -208,14 +208,14 @@ def make_folder(root: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    """{case: (folder, package)}, each package with fp32, int8, int8-dynamic."""
+    """{case: (folder, package)}, each package with fp32, int8, int8-dynamic, int4."""
     root = tmp_path_factory.mktemp("encoders")
     out = {}
     for name in CASES:
         folder = make_folder(root, name)
         out[name] = (
             folder,
-            export_encoder(folder, root / f"{name}.pkg", "int8,int8-dynamic", verbose=False),
+            export_encoder(folder, root / f"{name}.pkg", "int8,int8-dynamic,int4", verbose=False),
         )
     return out
 
@@ -255,10 +255,15 @@ def transformers_embeddings(folder: Path, texts: list[str]) -> np.ndarray:
 def test_parity_with_transformers(packages, name):
     CASES_PACKAGES[name] = packages[name][1]
     """fp32 cosine >= 0.9999 with transformers' pooled output on 300 sentences (the longest
-    truncated at max_seq_length); int8 and int8-dynamic >= 0.99."""
+    truncated at max_seq_length); int8 and int8-dynamic >= 0.99, int4 >= 0.95."""
     folder, package = packages[name]
     want = transformers_embeddings(folder, SENTENCES)
-    for variant, bound in (("fp32", 0.9999), ("int8", 0.99), ("int8-dynamic", 0.99)):
+    for variant, bound in (
+        ("fp32", 0.9999),
+        ("int8", 0.99),
+        ("int8-dynamic", 0.99),
+        ("int4", 0.95),
+    ):
         got = Embedder(package, variant, batch_size=16).embed(SENTENCES)
         assert got.shape == want.shape and got.dtype == np.float32
         low = cosines(got, want).min()
@@ -280,7 +285,7 @@ def test_package_contents(packages):
     assert config["family"] == "encoder"
     assert (config["model"]["pooling"], config["model"]["normalize"]) == ("cls", True)
     assert config["model"]["max_seq_length"] == 24
-    assert set(config["variants"]) == {"fp32", "int8", "int8-dynamic"}
+    assert set(config["variants"]) == {"fp32", "int8", "int8-dynamic", "int4"}
     assert config["variants"]["fp32"]["measured"]["min_cosine"] >= 0.9999
     ops = [
         n.op_type
@@ -331,8 +336,8 @@ def test_bad_input(packages, tmp_path):
         model.embed(["short", long], truncate=False)
     with pytest.raises(PackageError, match="a Hugging Face model folder, not a model package"):
         Embedder(folder)
-    with pytest.raises(ValueError, match="variant 'int4' is not in this package"):
-        Embedder(package, "int4")
+    with pytest.raises(ValueError, match="variant 'int8-web' is not in this package"):
+        Embedder(package, "int8-web")
 
 
 def test_other_packages_named(packages, lm_package):
