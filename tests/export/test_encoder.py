@@ -514,3 +514,23 @@ def test_reranker_parity(rerankers, name):
         Embedder(package)
     with pytest.raises(PackageError, match="not a cross-encoder: use Embedder"):
         Reranker(next(iter(CASES_PACKAGES.values())))
+
+
+def test_js_runtime_refuses_an_encoder_package(packages):
+    """The JavaScript runtime's config check names an encoder package as one (it does not run
+    them yet), from the contract the Python side generates."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not on PATH")
+    js = Path(__file__).resolve().parents[2] / "runtime" / "js" / "package.mjs"
+    config = (packages["bert"][1] / "config.json").read_text()
+    script = (f"import {{ checkConfig }} from {json.dumps(js.as_uri())};\n"
+              f"try {{ checkConfig({config}, 'config.json'); console.log('read'); }}\n"
+              "catch (e) { console.log(e.message); }\n")  # fmt: skip
+    run = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "an encoder (sentence-embedding) package" in run.stdout, run.stdout
