@@ -262,3 +262,28 @@ class Reranker(Embedder):
         if not np.isfinite(out).all():
             raise FloatingPointError("the cross-encoder gave non-finite scores")
         return out[:, 0] if out.shape[1] == 1 else out
+
+
+def encoder_info(package: str | os.PathLike) -> str:
+    """`edgeformer info` of an encoder package: the model, its pooling, each variant's files
+    and what export measured (its files checked as load does)."""
+    path, config = load_encoder_package(package)
+    m = config.model
+    kind = (f"cross-encoder, {m.num_labels} label{'s' if m.num_labels != 1 else ''} (Reranker)"
+            if m.num_labels else f"sentence embeddings of {m.hidden_size} dims (Embedder), "
+            f"{m.pooling} pooling{', L2-normalised' if m.normalize else ''}")  # fmt: skip
+    lines = [
+        f"{path}: encoder package (format {config.format_version}), {kind}",
+        f"model: {m.architecture} ({config.source.get('architecture', '?')}), "
+        f"{m.num_hidden_layers} layers, {m.hidden_size} wide, {m.num_attention_heads} heads, "
+        f"FFN {m.intermediate_size} {m.hidden_act}, vocabulary {m.vocab_size}, texts cut at "
+        f"{m.max_seq_length} tokens",
+        "variants:",
+    ]
+    for name, v in config.variants.items():
+        size = sum((path / f).stat().st_size for f in v.file_names) / 1e6
+        got = v.measured
+        measured = (f"; lowest cosine {got['min_cosine']:.6f}, {got['ms_per_text']:.2f} ms/text"
+                    if "min_cosine" in got and "ms_per_text" in got else "")  # fmt: skip
+        lines.append(f"  {name}: {size:.1f} MB{measured} ({v.description})")
+    return "\n".join(lines)

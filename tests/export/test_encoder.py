@@ -415,6 +415,10 @@ def test_embed_command(packages, tmp_path, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["text"] for r in rows] == ["a dog", "the zebra ran"]
     assert np.allclose([r["embedding"] for r in rows], want, atol=1e-6)
+    assert main(["info", str(package)]) == 0
+    info = capsys.readouterr().out
+    assert "encoder package" in info and "mean pooling, L2-normalised" in info
+    assert "int8: " in info and "lowest cosine" in info
     assert main(["embed", str(package), "a", "--output", str(tmp_path / "x.csv")]) != 0
     assert "a .npy or .jsonl file" in capsys.readouterr().err
 
