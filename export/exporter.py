@@ -411,7 +411,7 @@ def export_package(
         if not any(VARIANT_SPECS[v].gptq for v in variants):
             raise ValueError("a calibration text is for GPTQ in the int4 variant: add int4 to "
                              "the variants (--quantize int4)")  # fmt: skip
-        calibration = calibration_text(calibrate_on)
+        calibration = calibration_text(os.fspath(calibrate_on))
     check_target(source, out_dir, force)  # before a Hugging Face folder's conversion
     with checkpoint_folder(source, verbose) as checkpoint_dir:
         check_target(checkpoint_dir, out_dir, force)
