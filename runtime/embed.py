@@ -27,6 +27,7 @@ from ..core.format import (
     TOKENIZER_FILE,
 )
 from ..core.schema import EncoderModel, EncoderPackageConfig, PackageError
+from .aio import WorkerPool
 from .package import _inside, read_json, resolve_package
 from .session import SessionSettings
 from .tokenizer import load_tokenizer
@@ -151,7 +152,8 @@ def is_encoder_package(path: str | os.PathLike) -> bool:
 class Embedder:
     """Sentence embeddings: Embedder(pkg).embed(["a text", ...]) -> (N, C) float32.
 
-    variant: one of the package's (fp32, int8, int4, int8-dynamic); batch_size: rows per
+    variant: one of the package's (fp32, int8, int4, int8-dynamic); async_workers: threads of
+    embed_async's pool (runtime.aio, default 1); batch_size: rows per
     onnxruntime call (texts are sorted by length first, so a batch pads little); threads, or
     settings (SessionSettings: spinning, session options, providers) as Translator's."""
 
@@ -165,6 +167,7 @@ class Embedder:
         threads: int | None = None,
         verify: bool = True,
         settings: SessionSettings | None = None,
+        async_workers: int = 1,
     ):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
@@ -182,6 +185,7 @@ class Embedder:
                 f"{', '.join(self.config.variants)})"
             )
         self.variant, self.batch_size = variant, batch_size
+        self.pool = WorkerPool(async_workers)  # embed_async / score_async run there
         settings = settings or SessionSettings(threads=threads)
         graph = self.path / self.config.variants[variant].files[ENCODER_GRAPH]
         self.session = settings.session(graph, "encoder")
@@ -207,6 +211,10 @@ class Embedder:
         a text is a ValueError naming it."""
         texts = self.check_texts(texts)
         return self.embed_ids(self.tokenizer.encode(texts, truncate))
+
+    async def embed_async(self, texts: list[str], truncate: bool = True) -> np.ndarray:
+        """embed on the worker pool (runtime.aio), never on the event loop."""
+        return await self.pool.run(self.embed, texts, truncate)
 
     def check_texts(self, texts: object) -> list[str]:
         """texts as a non-empty list of strings, or a ValueError naming the problem."""
@@ -262,6 +270,12 @@ class Reranker(Embedder):
         if not np.isfinite(out).all():
             raise FloatingPointError("the cross-encoder gave non-finite scores")
         return out[:, 0] if out.shape[1] == 1 else out
+
+    async def score_async(
+        self, query: str, documents: list[str], truncate: bool = True
+    ) -> np.ndarray:
+        """score on the worker pool (runtime.aio), never on the event loop."""
+        return await self.pool.run(self.score, query, documents, truncate)
 
 
 def encoder_info(package: str | os.PathLike) -> str:

@@ -4,6 +4,7 @@ exported once per module, their embeddings against transformers' pooled output."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -32,7 +33,6 @@ SENTENCES = [
     " ".join(WORDS[(7 * i + 3 * j) % len(WORDS)] for j in range(1 + i % 60)) for i in range(300)
 ]
 MAX_POSITIONS = 40
-CASES_PACKAGES: dict[str, Path] = {}  # embedding packages the tests made (for the rerankers')
 
 
 def wordpiece(folder: Path) -> None:
@@ -253,7 +253,6 @@ def transformers_embeddings(folder: Path, texts: list[str]) -> np.ndarray:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_parity_with_transformers(packages, name):
-    CASES_PACKAGES[name] = packages[name][1]
     """fp32 cosine >= 0.9999 with transformers' pooled output on 300 sentences (the longest
     truncated at max_seq_length); int8 and int8-dynamic >= 0.99, int4 >= 0.95."""
     folder, package = packages[name]
@@ -321,6 +320,12 @@ def test_batching_order_and_threads(packages):
         t.join()
     for k in range(4):
         assert np.allclose(results[k], one[k::4], atol=1e-5)
+
+    async def both() -> list[np.ndarray]:
+        return list(await asyncio.gather(many.embed_async(texts[:5]), many.embed_async(texts)))
+
+    first, second = asyncio.run(both())
+    assert np.allclose(first, one[:5], atol=1e-5) and np.allclose(second, one, atol=1e-5)
 
 
 def test_bad_input(packages, tmp_path):
@@ -487,7 +492,7 @@ def rerankers(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 
 
 @pytest.mark.parametrize("name", list(RERANKERS))
-def test_reranker_parity(rerankers, name):
+def test_reranker_parity(rerankers, packages, name):
     """Reranker.score equals transformers' logits of the (query, document) pairs (token types
     and longest-first truncation included); int8 keeps the order of the documents' scores."""
     import torch
@@ -517,7 +522,7 @@ def test_reranker_parity(rerankers, name):
     ):
         Embedder(package)
     with pytest.raises(PackageError, match="not a cross-encoder: use Embedder"):
-        Reranker(next(iter(CASES_PACKAGES.values())))
+        Reranker(packages["bert"][1])
 
 
 def test_js_runtime_refuses_an_encoder_package(packages):
