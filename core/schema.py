@@ -265,11 +265,7 @@ class PackageConfig:
             raise PackageError(f"{where}: graphs do not match the package contract of a {family}")
         variants = {}
         for name, entry in _obj(where, "variants", data.get("variants")).items():
-            key = f"variants.{name}"
-            entry = _obj(where, key, entry)
-            files = _names(where, f"{key}.files", entry.get("files"))
-            if set(files) != set(want):
-                raise PackageError(f"{where}: {key}.files must name the graphs {sorted(want)}")
+            key, entry, files = _variant_files(where, name, entry, want)
             ort_graphs = all(f.endswith(ORT_SUFFIX) for f in files.values())
             if not (ort_graphs and entry.get("weights") is None):  # ORT: weights inside graphs
                 _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
@@ -296,6 +292,18 @@ class PackageConfig:
             min_onnxruntime=version,
             format_version=fmt,
         )
+
+
+def _variant_files(
+    where: str, name: str, entry: object, graphs: dict
+) -> tuple[str, dict, dict[str, str]]:
+    """(its key, the entry, {graph: file}) of variant `name`, its files naming every graph."""
+    key = f"variants.{name}"
+    entry = _obj(where, key, entry)
+    files = _names(where, f"{key}.files", entry.get("files"))
+    if set(files) != set(graphs):
+        raise PackageError(f"{where}: {key}.files must name the graphs {sorted(graphs)}")
+    return key, entry, files
 
 
 # upper bounds on the sizes a config may declare (far above any model this runtime serves)
@@ -436,11 +444,7 @@ class EncoderPackageConfig:
             raise PackageError(f"{where}: graphs do not match the package contract of an encoder")
         variants = {}
         for name, entry in _obj(where, "variants", data.get("variants")).items():
-            key = f"variants.{name}"
-            entry = _obj(where, key, entry)
-            files = _names(where, f"{key}.files", entry.get("files"))
-            if set(files) != set(graphs):
-                raise PackageError(f"{where}: {key}.files must name the graphs {sorted(graphs)}")
+            key, entry, files = _variant_files(where, name, entry, graphs)
             _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
             variants[name] = VariantEntry(
                 files, entry["weights"], "float32", str(entry.get("description", "")),
