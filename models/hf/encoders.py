@@ -260,10 +260,13 @@ def sentence_transformers_pooling(src: Path) -> Pooling:
         return Pooling(max_seq_length=length)
     import json
 
+    path = src / ST_MODULES
+    if path.stat().st_size > files.MAX_JSON_BYTES:
+        raise ValueError(f"{path} is over the {files.MAX_JSON_BYTES >> 20} MB limit")
     try:
-        modules = json.loads((src / ST_MODULES).read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ValueError(f"{src / ST_MODULES} is not valid JSON ({e})") from None
+        modules = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{path} is not valid JSON ({str(e)[:200]})") from None
     if not isinstance(modules, list):
         raise ValueError(f"{src / ST_MODULES} is not a list of modules")
     mode, normalize = "mean", False
