@@ -59,6 +59,12 @@ def _chat() -> Command:
     return chat_cli
 
 
+def _embed() -> Command:
+    from ..runtime import embed_cli
+
+    return embed_cli
+
+
 def _verify() -> Command:
     from ..runtime import verify
 
@@ -92,6 +98,7 @@ COMMANDS: dict[str, tuple[Callable[[], Command], str]] = {
     "generate": (_runtime, "generate text with a decoder-only package"),
     "chat": (_chat, "chat with an instruct model (its chat template)"),
     "score": (_runtime, "log-probabilities of given texts under a package"),
+    "embed": (_embed, "sentence embeddings with an encoder package (BERT, MiniLM, BGE, E5)"),
     "info": (_runtime, "describe a model package: model, variants, graphs"),
     "verify": (_verify, "check a package on this machine against PyTorch"),
     "serve": (_serve, "serve packages over HTTP: an OpenAI-compatible server"),
@@ -113,6 +120,7 @@ NEEDS = {
     "generate": (("onnxruntime",), "cpu"),
     "chat": (("onnxruntime", "jinja2"), "cpu"),
     "score": (("onnxruntime",), "cpu"),
+    "embed": (("onnxruntime",), "cpu"),
     "info": (("onnxruntime",), "cpu"),
     "verify": (("onnxruntime",), "cpu"),
     "serve": (("onnxruntime", "starlette", "uvicorn", "prometheus_client"), "cpu,serve"),

@@ -202,6 +202,15 @@ def contract() -> dict[str, Any]:
                 "sample": languages.SAMPLE_CODES,
             },
         },
+        # encoder (sentence-embedding) packages: the JS runtime refuses them by name for now
+        "encoder": {
+            "family": format.ENCODER_FAMILY,
+            "io": format.encoder_io_names(),
+            "pooling_modes": list(format.POOLING_MODES),
+            "model_keys": list(format.ENCODER_MODEL_KEYS),
+            "activations": list(format.ENCODER_ACTIVATIONS),
+            "measured_keys": list(schema.ENCODER_MEASURED_KEYS),
+        },
         "generation_options": generation_options(),
         "bounds": {
             "max_beams": options.MAX_BEAMS,

@@ -261,3 +261,41 @@ def io_names(
             "outputs": ["logits", *cache_names(family, n_layers, "present"), *extra],
         }
     }
+
+
+# -- encoder packages (family "encoder": sentence embeddings; docs/embeddings.md) -----------------
+# One graph, encoder.onnx: BERT / DistilBERT / RoBERTa / XLM-R's encoder with the pooling and
+# normalisation of the folder it was converted from. Shapes: B batch, S tokens (right-padded),
+# C hidden size; ids and masks int64 (1 = real token); token_type_ids all 0 for one text.
+#   encoder  in  input_ids (B,S), attention_mask (B,S), token_type_ids (B,S)
+#            out last_hidden_state (B,S,C), sentence_embedding (B,C) pooled (and normalised)
+ENCODER_FAMILY = "encoder"
+ENCODER_GRAPH = "encoder"
+POOLING_MODES = ("mean", "cls", "max")  # sentence-transformers' pooling_mode_*_tokens
+SENTENCE_EMBEDDING = "sentence_embedding"
+# config.json's `model` of an encoder package (Hugging Face's names), each an integer bound
+ENCODER_MODEL_KEYS = (
+    "vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+    "max_position_embeddings", "type_vocab_size",
+)  # fmt: skip
+ENCODER_ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+
+
+# a cross-encoder (model.num_labels >= 1: a text pair -> scores) outputs its classifier's
+# logits (B, num_labels) instead of sentence_embedding
+CLASSIFIER_LOGITS = "logits"
+CLASSIFIER_ACTIVATIONS = ("tanh", "relu")  # between the classifier's two layers
+
+
+def encoder_io_names(classifier: bool = False) -> dict[str, dict[str, list[str]]]:
+    """The input and output names of an encoder package's one graph (classifier: a
+    cross-encoder's)."""
+    return {
+        ENCODER_GRAPH: {
+            "inputs": ["input_ids", "attention_mask", "token_type_ids"],
+            "outputs": [
+                "last_hidden_state",
+                CLASSIFIER_LOGITS if classifier else SENTENCE_EMBEDDING,
+            ],
+        }
+    }

@@ -15,15 +15,21 @@ import numpy as np
 
 from .config import FAMILIES, ModelConfig
 from .format import (
+    CLASSIFIER_ACTIVATIONS,
     CONFIG_FILE,
+    ENCODER_ACTIVATIONS,
+    ENCODER_FAMILY,
+    ENCODER_MODEL_KEYS,
     FORMAT_VERSION,
     GOLDEN_FILE,
     HF_NAMES,
     MIN_ONNXRUNTIME,
     ORT_SUFFIX,
     PACKAGE_FORMAT,
+    POOLING_MODES,
     READABLE_VERSIONS,
     SOURCE_TOKENIZER_FILE,
+    encoder_io_names,
     io_names,
     model_from_json,
     model_to_json,
@@ -237,6 +243,12 @@ class PackageConfig:
                 "edgeformer)"
             )
         family = data.get("family")
+        if family == ENCODER_FAMILY:
+            raise PackageError(
+                f"{where}: an encoder (sentence-embedding) package: run it with "
+                "edgeformer.runtime.embed.Embedder or `edgeformer embed`, not as a translator "
+                "or a language model"
+            )
         if family not in FAMILIES:
             raise PackageError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
         model = _model(where, _obj(where, "model", data.get("model")), family, fmt)
@@ -253,11 +265,7 @@ class PackageConfig:
             raise PackageError(f"{where}: graphs do not match the package contract of a {family}")
         variants = {}
         for name, entry in _obj(where, "variants", data.get("variants")).items():
-            key = f"variants.{name}"
-            entry = _obj(where, key, entry)
-            files = _names(where, f"{key}.files", entry.get("files"))
-            if set(files) != set(want):
-                raise PackageError(f"{where}: {key}.files must name the graphs {sorted(want)}")
+            key, entry, files = _variant_files(where, name, entry, want)
             ort_graphs = all(f.endswith(ORT_SUFFIX) for f in files.values())
             if not (ort_graphs and entry.get("weights") is None):  # ORT: weights inside graphs
                 _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
@@ -284,6 +292,18 @@ class PackageConfig:
             min_onnxruntime=version,
             format_version=fmt,
         )
+
+
+def _variant_files(
+    where: str, name: str, entry: object, graphs: dict
+) -> tuple[str, dict, dict[str, str]]:
+    """(its key, the entry, {graph: file}) of variant `name`, its files naming every graph."""
+    key = f"variants.{name}"
+    entry = _obj(where, key, entry)
+    files = _names(where, f"{key}.files", entry.get("files"))
+    if set(files) != set(graphs):
+        raise PackageError(f"{where}: {key}.files must name the graphs {sorted(graphs)}")
+    return key, entry, files
 
 
 # upper bounds on the sizes a config may declare (far above any model this runtime serves)
@@ -315,3 +335,141 @@ def _model(where: str, stored: dict, family: str, version: int) -> ModelConfig:
             for ours, hf in HF_NAMES.items():
                 message = re.sub(rf"\b{ours}\b", hf, message)
         raise PackageError(f"{where}: model: {message}") from None
+
+
+# -- encoder packages (core.format.ENCODER_FAMILY) --------------------------------------------
+ENCODER_LIMITS = {k: MODEL_LIMITS.get(k, 1 << 20) for k in ENCODER_MODEL_KEYS} | {
+    "vocab_size": MODEL_LIMITS["vocab_size"],
+    "hidden_size": MODEL_LIMITS["d_model"],
+    "num_attention_heads": MODEL_LIMITS["n_heads"],
+    "num_hidden_layers": MODEL_LIMITS["n_decoder_layers"],
+    "intermediate_size": 1 << 20,
+    "max_position_embeddings": MODEL_LIMITS["max_len"],
+    "type_vocab_size": 1 << 10,
+}
+
+
+@dataclass(frozen=True)
+class EncoderModel:
+    """An encoder's sizes (config.json's `model`, Hugging Face's names) and what its graph
+    does after the layers: pooling (core.format.POOLING_MODES), normalize (L2), and the
+    tokens a text is cut to (max_seq_length, special tokens included)."""
+
+    architecture: str  # "bert", "distilbert", "roberta", "xlm-roberta"
+    vocab_size: int
+    hidden_size: int
+    num_attention_heads: int
+    num_hidden_layers: int
+    intermediate_size: int
+    max_position_embeddings: int
+    type_vocab_size: int
+    hidden_act: str
+    layer_norm_eps: float
+    position_offset: int  # the first real token's position id (RoBERTa: pad_token_id + 1)
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+    # a cross-encoder: its classifier's labels (0: a sentence-embedding model) and the
+    # activation between its two layers (BERT / RoBERTa: tanh, DistilBERT: relu)
+    num_labels: int = 0
+    classifier_act: str | None = None
+
+
+@dataclass(frozen=True)
+class EncoderPackageConfig:
+    """config.json of an encoder package (family "encoder"); docs/package-format.md."""
+
+    model: EncoderModel
+    pad_id: int
+    graphs: dict[str, dict[str, list[str]]]
+    variants: dict[str, VariantEntry]
+    files: dict[str, str]  # file name -> sha256
+    source: dict[str, str] = field(default_factory=dict)
+    opset: int = 21
+    min_onnxruntime: str = MIN_ONNXRUNTIME
+    format_version: int = FORMAT_VERSION
+    family: str = ENCODER_FAMILY
+
+    @property
+    def dimension(self) -> int:
+        return self.model.hidden_size
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        return {"format": PACKAGE_FORMAT, **data}
+
+    @classmethod
+    def from_json(cls, data: object, where: str = CONFIG_FILE) -> EncoderPackageConfig:
+        """Check types, ranges and names; PackageError names the key and what it must be."""
+        data = _obj(where, "the top level", data)
+        if data.get("format") != PACKAGE_FORMAT:
+            raise PackageError(f"{where}: not an edgeformer model package (format)")
+        if data.get("family") != ENCODER_FAMILY:
+            raise PackageError(
+                f"{where}: a {data.get('family')!r} package, not an encoder (sentence-embedding) "
+                "one: run it with Translator / Generator"
+            )
+        if data.get("format_version") not in READABLE_VERSIONS:
+            raise PackageError(f"{where}: format_version {data.get('format_version')!r} unknown")
+        model = _obj(where, "model", data.get("model"))
+        sizes = {k: _int(where, f"model.{k}", model.get(k), 1, ENCODER_LIMITS[k] + 1)
+                 for k in ENCODER_MODEL_KEYS}  # fmt: skip
+        if sizes["hidden_size"] % sizes["num_attention_heads"]:
+            raise PackageError(f"{where}: model.hidden_size must divide by num_attention_heads")
+        _want(where, "model.architecture", model.get("architecture"), str, "a string")
+        if model.get("hidden_act") not in ENCODER_ACTIVATIONS:
+            raise PackageError(f"{where}: model.hidden_act must be one of {ENCODER_ACTIVATIONS}")
+        if model.get("pooling") not in POOLING_MODES:
+            raise PackageError(f"{where}: model.pooling must be one of {POOLING_MODES}")
+        _want(where, "model.normalize", model.get("normalize"), bool, "true or false")
+        eps = model.get("layer_norm_eps")
+        _want(where, "model.layer_norm_eps", eps, (int, float), "a number")
+        offset = _int(where, "model.position_offset", model.get("position_offset"), 0)
+        most = sizes["max_position_embeddings"] - offset
+        length = _int(where, "model.max_seq_length", model.get("max_seq_length"), 2, most + 1)
+        labels = _int(where, "model.num_labels", model.get("num_labels", 0), 0, 1 << 16)
+        act = model.get("classifier_act")
+        if labels and act not in CLASSIFIER_ACTIVATIONS:
+            raise PackageError(f"{where}: model.classifier_act must be one of "
+                               f"{CLASSIFIER_ACTIVATIONS}")  # fmt: skip
+        encoder = EncoderModel(
+            model["architecture"], **sizes, hidden_act=model["hidden_act"],
+            layer_norm_eps=float(eps), position_offset=offset,  # type: ignore[arg-type]
+            pooling=model["pooling"], normalize=model["normalize"], max_seq_length=length,
+            num_labels=labels, classifier_act=act if labels else None,
+        )  # fmt: skip
+        pad = _int(where, "pad_id", data.get("pad_id"), 0, sizes["vocab_size"])
+        graphs = _obj(where, "graphs", data.get("graphs"))
+        if graphs != encoder_io_names(labels > 0):
+            raise PackageError(f"{where}: graphs do not match the package contract of an encoder")
+        variants = {}
+        for name, entry in _obj(where, "variants", data.get("variants")).items():
+            key, entry, files = _variant_files(where, name, entry, graphs)
+            _want(where, f"{key}.weights", entry.get("weights"), str, "a file name")
+            variants[name] = VariantEntry(
+                files, entry["weights"], "float32", str(entry.get("description", "")),
+                _encoder_measured(where, f"{key}.measured", entry.get("measured", {})),
+            )  # fmt: skip
+        if "fp32" not in variants:
+            raise PackageError(f"{where}: variants has no fp32")
+        version = data.get("min_onnxruntime", MIN_ONNXRUNTIME)
+        _want(where, "min_onnxruntime", version, str, "a version string")
+        return cls(
+            encoder, pad, graphs, variants, _names(where, "files", data.get("files")),
+            _source(where, data.get("source", {})), _int(where, "opset", data.get("opset", 21), 1),
+            version, data["format_version"],
+        )  # fmt: skip
+
+
+# what export measured of an encoder variant against the reference embeddings (export/encoder.py)
+ENCODER_MEASURED_KEYS = ("min_cosine", "max_relative_error", "ms_per_text")
+
+
+def _encoder_measured(where: str, key: str, value: object) -> dict[str, float]:
+    out = {}
+    for name, x in _obj(where, key, value).items():
+        ok = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+        if name not in ENCODER_MEASURED_KEYS or not ok:
+            raise PackageError(f"{where}: {key}.{name}: one of {ENCODER_MEASURED_KEYS}, a number")
+        out[name] = float(x)
+    return out

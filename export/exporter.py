@@ -45,8 +45,11 @@ from ..models.checkpoint import (
     load_checkpoint,
 )
 from ..models.gguf.reader import is_gguf_file
+from ..models.hf.encoders import is_encoder_folder
 from ..runtime.tokenizer import genai_tokenizer_problem, make_probe
 from .builder import OPSET, build_graphs
+from .encoder import check_variants as encoder_variants
+from .encoder import write_encoder_package
 from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .ort_format import to_ort_format
 from .quality import calibration_batches, calibration_text, text_calibration_batches
@@ -394,6 +397,11 @@ def export_package(
     package appears whole or not at all (core.files.atomic_folder).
     """
     source, out_dir = Path(checkpoint_dir), Path(out_dir)
+    if is_encoder_folder(source):  # BERT & co: a sentence-embedding package (export/encoder.py)
+        if graph_format != "onnx" or calibrate_on is not None or check is not None:
+            raise ValueError("an encoder (sentence-embedding) package is exported as ONNX graphs, "
+                             "without --format ort or --calibrate")  # fmt: skip
+        return export_encoder(source, out_dir, variants, force, verbose)
     variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
     if is_gguf_file(source) and "gguf" not in variants:  # the file's own blocks, kept
         variants.append("gguf")
@@ -418,5 +426,26 @@ def export_package(
             if check is not None:
                 check(tmp)
             check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed
+    _log(verbose, f"wrote {out_dir} in {time.perf_counter() - t0:.1f} s")
+    return out_dir
+
+
+def export_encoder(
+    source: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    variants: tuple[str, ...] | list[str] | str = ("fp32",),
+    force: bool = False,
+    verbose: bool = True,
+) -> Path:
+    """An encoder-only Hugging Face folder (BERT, DistilBERT, RoBERTa, XLM-R; sentence-
+    transformers' layout) -> an encoder package in `out_dir` (export/encoder.py), whole or not
+    at all; export_package sends such a folder here."""
+    source, out_dir = Path(source), Path(out_dir)
+    chosen = encoder_variants(variants)
+    check_target(source, out_dir, force)
+    t0 = time.perf_counter()
+    with atomic_folder(out_dir) as tmp:
+        write_encoder_package(source, tmp, chosen, verbose)
+        check_target(source, out_dir, force)  # again: OUT_DIR may have changed
     _log(verbose, f"wrote {out_dir} in {time.perf_counter() - t0:.1f} s")
     return out_dir

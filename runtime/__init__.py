@@ -12,11 +12,14 @@ from .api import (
     Translator,
 )
 from .chat import ChatTemplateError
+from .embed import Embedder, Reranker
 from .package import load_package
 
 __all__ = [
     "Translator",
     "Generator",
+    "Embedder",
+    "Reranker",
     "GenerationOptions",
     "ScoringResult",
     "TranslationResult",

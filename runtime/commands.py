@@ -344,7 +344,10 @@ def default_package(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.command == "info":
-        print(package_info(args.package))
+        from .embed import encoder_info, is_encoder_package
+
+        encoder = is_encoder_package(args.package)
+        print(encoder_info(args.package) if encoder else package_info(args.package))
         return 0
     default_package(args)
     refuse_file_argument(args)

@@ -14,6 +14,46 @@ export default {
   "encoder_seqlens_k",
   "encoder_total_sequence_length"
  ],
+ "encoder": {
+  "activations": [
+   "gelu",
+   "gelu_tanh",
+   "relu"
+  ],
+  "family": "encoder",
+  "io": {
+   "encoder": {
+    "inputs": [
+     "input_ids",
+     "attention_mask",
+     "token_type_ids"
+    ],
+    "outputs": [
+     "last_hidden_state",
+     "sentence_embedding"
+    ]
+   }
+  },
+  "measured_keys": [
+   "min_cosine",
+   "max_relative_error",
+   "ms_per_text"
+  ],
+  "model_keys": [
+   "vocab_size",
+   "hidden_size",
+   "num_attention_heads",
+   "num_hidden_layers",
+   "intermediate_size",
+   "max_position_embeddings",
+   "type_vocab_size"
+  ],
+  "pooling_modes": [
+   "mean",
+   "cls",
+   "max"
+  ]
+ },
  "families": [
   "encoder-decoder",
   "decoder-only"

@@ -280,6 +280,9 @@ export function checkConfig(data, where) {
     );
   }
   const family = data.family;
+  if (family === CONTRACT.encoder.family) {
+    throw new PackageError(`${where}: an encoder (sentence-embedding) package: this JavaScript runtime does not run them yet; use the Python runtime's Embedder or \`edgeformer embed\``);
+  }
   if (!CONTRACT.families.includes(family)) {
     throw new PackageError(`${where}: family must be one of ${JSON.stringify(CONTRACT.families)}, got ${show(family)}`);
   }

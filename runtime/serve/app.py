@@ -2,6 +2,7 @@
 
     /v1/chat/completions, /v1/completions   language models (continuous batching, streaming)
     /v1/translations                        translators (source_lang / target_lang)
+    /v1/embeddings                          encoder packages (sentence embeddings)
     /v1/models, /health, /metrics           the served models, liveness, Prometheus text
 
 Decoding runs on threads (the scheduler's and one per choice); the event loop only moves text.
@@ -31,12 +32,13 @@ from starlette.routing import Route
 
 from ...core.schema import PackageError
 from ..api import Generator, Translator
+from .embeddings import ServedEmbedder
 from .engine import Piece, Request, ServedLM, ServedTranslator, TokenLogprob
 from .protocol import APIError, bad, check_fields, options_error, parse_body
 from .scheduler import BatchSettings, Busy
 
 log = logging.getLogger("edgeformer")
-Served = ServedLM | ServedTranslator
+Served = ServedLM | ServedTranslator | ServedEmbedder
 DISCONNECT_POLL_S = 0.1  # how often a whole answer's request checks its client is there
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -144,8 +146,9 @@ class Server:
             raise APIError(404, f"the model {name!r} does not exist; served: "
                            f"{', '.join(self.models)}", "model", "model_not_found")  # fmt: skip
         if served.kind != kind:
-            route = "/v1/translations" if served.kind == "translate" else "/v1/completions"
-            what = "translator" if served.kind == "translate" else "language model"
+            route, what = {"translate": ("/v1/translations", "translator"),
+                           "embed": ("/v1/embeddings", "sentence-embedding model")}.get(
+                served.kind, ("/v1/completions", "language model"))  # fmt: skip
             raise bad(f"model {name!r} is a {what}: use {route}", "model")
         return served
 
@@ -244,6 +247,19 @@ class Server:
                       "total_tokens": sources + made},
         })  # fmt: skip
 
+    async def embeddings(self, request: HTTPRequest) -> Response:
+        body = parse_body(await request.body())
+        served = self.model(body, "embed")
+        assert isinstance(served, ServedEmbedder)
+        rows, fmt = served.prepare(body)
+        start = time.perf_counter()
+        vectors = await asyncio.to_thread(served.embed, rows)
+        self.metrics.latency.labels("/v1/embeddings", served.name).observe(
+            time.perf_counter() - start
+        )
+        self.metrics.prompt_tokens.labels(served.name).inc(sum(map(len, rows)))
+        return JSONResponse(served.response(vectors, rows, fmt))
+
     async def list_models(self, request: HTTPRequest) -> Response:
         return JSONResponse({"object": "list", "data": [self.model_card(n) for n in self.models]})
 
@@ -255,6 +271,10 @@ class Server:
 
     def model_card(self, name: str) -> dict:
         served = self.models[name]
+        if isinstance(served, ServedEmbedder):
+            return {"id": name, "object": "model", "created": self.created,
+                    "owned_by": "edgeformer", "task": served.kind, "variant": served.variant,
+                    "max_model_len": served.embedder.max_seq_length, **served.card()}  # fmt: skip
         card = {"id": name, "object": "model", "created": self.created, "owned_by": "edgeformer",
                 "task": served.kind, "variant": served.model.variant,
                 "max_model_len": served.model.max_len}  # fmt: skip
@@ -428,6 +448,7 @@ def app_of(server: Server) -> Starlette:
             ("/v1/completions", server.completions, "POST"),
             ("/v1/chat/completions", server.chat, "POST"),
             ("/v1/translations", server.translations, "POST"),
+            ("/v1/embeddings", server.embeddings, "POST"),
             ("/v1/models", server.list_models, "GET"),
             ("/v1/models/{name:path}", server.get_model, "GET"),
             ("/health", server.health, "GET"),
@@ -482,6 +503,7 @@ def named(spec: str) -> tuple[str, str]:
 
 def load_models(config: ServeConfig) -> dict[str, Served]:
     """Each package loaded once (Translator or Generator, as its family says)."""
+    from ..embed import Embedder, is_encoder_package
     from ..package import load_package
 
     models: dict[str, Served] = {}
@@ -491,6 +513,10 @@ def load_models(config: ServeConfig) -> dict[str, Served]:
         name, path = named(spec)
         if name in models:
             raise ValueError(f"two packages are named {name!r}: name them (NAME=PKG)")
+        if is_encoder_package(path):
+            embedder = Embedder(path, config.variant, threads=config.threads)
+            models[name] = ServedEmbedder(name, embedder, config.truncate)
+            continue
         family = load_package(path).family
         if family == "encoder-decoder":
             models[name] = ServedTranslator(name, Translator(path, **kwargs))  # type: ignore[arg-type]
