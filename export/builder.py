@@ -259,7 +259,7 @@ class Builder:
         if key not in self.layouts:
             found, report = self._native(name, w_nk)
             if found is not None:
-                blocks = quantize.Blocks(found.bits, found.block, found.q, found.scales)
+                blocks: quantize.Blocks = found
             else:
                 blocks = self._quantize(w_nk, bits, H, asymmetric)
                 if report is not None:  # the gguf variant re-quantized it: what that cost

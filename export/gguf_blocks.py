@@ -1,7 +1,8 @@
 """GGUF's quantized blocks as MatMulNBits / GatherBlockQuantized weights, kept as they are.
 
-Each GGML block type is unpacked into integer codes with a scale per block (`IntBlocks`), which
-MatMulNBits dequantizes as (q - zero_point) * scale, the zero point implied (2**(bits - 1)):
+Each GGML block type is unpacked into integer codes with a scale per block (`IntBlocks`, the
+export/quantize.py Blocks that the builder writes), which MatMulNBits dequantizes as
+(q - zero_point) * scale, the zero point implied (2**(bits - 1)):
 
 | GGML type | its values              | MatMulNBits               | exact                       |
 |-----------|-------------------------|---------------------------|-----------------------------|
@@ -31,36 +32,27 @@ from pathlib import Path
 
 import numpy as np
 
+from .quantize import Blocks
+
 FLOAT_TYPES = ("F32", "F16", "BF16")
 NOT_IN_FILE = "not in the file"  # a weight whose rows the file does not hold as they are
 
 
 @dataclass
-class IntBlocks:
-    """(N, K) weight as (q - 2**(bits - 1)) * scale per block of `block` along K (MatMulNBits'
-    implied zero point): codes (N, K) uint8 in [0, 2**bits), scales (N, K / block);
-    `max_error`: the largest distance from the file's own values (0.0: exact)."""
+class IntBlocks(Blocks):
+    """A GGUF weight's blocks as quantize.Blocks (MatMulNBits' layout; symmetric: the zero point
+    implied), with `max_error`: the largest distance from the file's own values (0.0: exact)."""
 
-    bits: int
-    block: int
-    q: np.ndarray
-    scales: np.ndarray
     max_error: float = 0.0
-
-    def values(self) -> np.ndarray:
-        """The float32 (N, K) weight MatMulNBits computes with."""
-        N, K = self.q.shape
-        q = self.q.reshape(N, K // self.block, self.block).astype(np.float32)
-        return ((q - (1 << (self.bits - 1))) * self.scales[..., None]).reshape(N, K)
 
     def with_layout(self, bits: int, block: int) -> IntBlocks:
         """The same values at more bits (the codes re-centred on the wider zero point) and/or
         in smaller blocks (the scales repeated)."""
-        assert bits >= self.bits and self.block % block == 0
+        assert bits >= self.bits and self.block % block == 0 and self.zero_points is None
         shift = (1 << (bits - 1)) - (1 << (self.bits - 1))
         q = (self.q.astype(np.int16) + shift).astype(np.uint8)
         scales = np.repeat(self.scales, self.block // block, 1)
-        return IntBlocks(bits, block, q, scales, self.max_error)
+        return IntBlocks(bits, block, q, scales, max_error=self.max_error)
 
 
 def _f16(raw: np.ndarray, at: int) -> np.ndarray:
@@ -253,17 +245,7 @@ def merged(parts: Sequence[IntBlocks]) -> IntBlocks:
     same = [p.with_layout(bits, block) for p in parts]
     q = np.concatenate([p.q for p in same])
     scales = np.concatenate([p.scales for p in same])
-    return IntBlocks(bits, block, q, scales, max(p.max_error for p in parts))
-
-
-def pack(blocks: IntBlocks) -> tuple[np.ndarray, np.ndarray]:
-    """(packed (N, K/block, block bits/8) uint8, scales (N, K/block)) in MatMulNBits' layout,
-    the zero point implied: 4-bit codes two per byte, the first in the low nibble."""
-    N, K = blocks.q.shape
-    q = blocks.q.reshape(N, K // blocks.block, blocks.block)
-    if blocks.bits == 8:
-        return q, blocks.scales
-    return q[..., 0::2] | (q[..., 1::2] << 4), blocks.scales
+    return IntBlocks(bits, block, q, scales, max_error=max(p.max_error for p in parts))
 
 
 @dataclass

@@ -43,7 +43,7 @@ def matmul_nbits(blocks: gb.IntBlocks, x: np.ndarray, accuracy_level: int = 0) -
     from onnx import TensorProto as TP
     from onnx import helper as h
 
-    packed, scales = gb.pack(blocks)
+    packed, scales = blocks.packed, blocks.scales
     N, K = blocks.q.shape
     inits = [onnx.numpy_helper.from_array(packed, "w"), onnx.numpy_helper.from_array(scales, "s")]
     ins = ["x", "w", "s"]
