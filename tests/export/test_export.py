@@ -626,3 +626,21 @@ def test_a_checkpoint_with_nan_weights_is_refused_by_name(ed_checkpoint, tmp_pat
     err = capsys.readouterr().err
     assert f"weight {name!r} holds" in err and "NaN or infinite" in err and str(ckpt) in err
     assert not out.exists() and not list(tmp_path.glob(".pkg*"))
+
+
+@pytest.mark.parametrize("scale, passes", [(0.5, False), (1.0, False), (50.0, True)])
+def test_fp32_parity_is_scaled_by_the_logits(ed_checkpoint, ed_package, monkeypatch, scale, passes):
+    """The fp32 gate bounds the logit difference as a share of the logits' scale above 1: 3e-4
+    is float32 rounding at logits of 50 (a trained 262k-vocabulary model), a fault at 1."""
+    from edgeformer.export import verify as verify_module
+
+    def fake(model, package, variants, *args, scales=None, **kwargs):
+        scales.extend([scale, 0.1])
+        return {v: [3e-4, 1e-5] for v in variants}
+
+    monkeypatch.setattr(verify_module, "compare_variants", fake)
+    if passes:
+        assert verify_module.check_parity(ed_package, ed_checkpoint, ["fp32"], False)["fp32"] < 1e-4
+    else:
+        with pytest.raises(verify_module.ParityError, match="of the logits' scale"):
+            verify_module.check_parity(ed_package, ed_checkpoint, ["fp32"], False)
