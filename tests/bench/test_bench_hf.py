@@ -11,6 +11,7 @@ import argparse
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,12 +40,14 @@ GGUF_STACKS = ["edgeformer-fp32", "edgeformer-int8", "edgeformer-gguf", "hf-torc
 
 
 def _write_gguf():
-    """tests/models/test_gguf.py's writer: a GGUF file as llama.cpp's converter writes it."""
-    spec = importlib.util.spec_from_file_location("gguf_writer", TESTS / "models/test_gguf.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.write_gguf
+    """tests/models/gguf_files.py's writer: a GGUF file as llama.cpp's converter writes it."""
+    if "gguf_files" not in sys.modules:  # tests/models' own tests import it by that name
+        spec = importlib.util.spec_from_file_location("gguf_files", TESTS / "models/gguf_files.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gguf_files"] = module  # before running it: its dataclasses look it up
+        spec.loader.exec_module(module)
+    return sys.modules["gguf_files"].write_gguf
 
 
 @pytest.fixture(scope="module")
