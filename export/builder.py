@@ -303,9 +303,8 @@ class Builder:
         self, w_nk: np.ndarray, bits: int, H: np.ndarray | None, asymmetric: bool
     ) -> quantize.Blocks:
         """The weight's blocks quantized here (K zero-padded to whole blocks)."""
-        N, K = w_nk.shape
         bs = self.spec.block_size
-        pad = -K % bs
+        pad = -w_nk.shape[1] % bs
         w = np.pad(w_nk.astype(np.float32), ((0, 0), (0, pad)))
         if bits == 4 and self.spec.gptq and H is not None:
             return gptq_int4(w, np.pad(H, ((0, pad), (0, pad))), bs, asymmetric)

@@ -165,7 +165,6 @@ def calibration_text(name: str | Path) -> tuple[str, str]:
 def text_calibration_batches(model, tokenizer_json: Path, text: str, what: str):
     """(model(*batch) inputs, what they are): CALIBRATION_TOKENS tokens of `text` in windows of
     min(max_len, CALIBRATION_WINDOW_TOKENS) spread over it; a decoder-only model only."""
-    import torch
     from tokenizers import Tokenizer
 
     cfg = model.cfg
@@ -182,9 +181,16 @@ def text_calibration_batches(model, tokenizer_json: Path, text: str, what: str):
         raise ValueError(f"calibration text {what}: {len(stream)} tokens, fewer than a window "
                          f"of {T}")  # fmt: skip
     n = max(1, min(CALIBRATION_TOKENS // T, len(stream) // T))
-    starts = np.linspace(0, len(stream) - T, n).astype(np.int64)
-    x = torch.from_numpy(np.stack([stream[s : s + T] for s in starts]))
+    x = spread_windows(stream, T, n)
     return [(x[b : b + 8],) for b in range(0, n, 8)], f"GPTQ on {n * T:,} tokens of {what}"
+
+
+def spread_windows(stream: np.ndarray, T: int, n: int):
+    """(n, T) int64 tensor: n windows of T tokens of `stream`, spread evenly over it."""
+    import torch
+
+    starts = np.linspace(0, len(stream) - T, n).astype(np.int64)
+    return torch.from_numpy(np.stack([stream[s : s + T] for s in starts]))
 
 
 def calibration_batches(
@@ -194,7 +200,6 @@ def calibration_batches(
     bundled data the checkpoint was trained on (GPTQ's calibration, export/gptq.py); None when
     there is none (as held_out_quality). Never the validation split, which the held-out check
     reads."""
-    import torch
     from tokenizers import Tokenizer
 
     from ..models.batch import collate, make_pairs
@@ -218,6 +223,5 @@ def calibration_batches(
     stream = np.asarray([i for ids in encode(lines) for i in ids], dtype=np.int64)
     T = cfg.max_len
     n = min(examples, len(stream) // T)  # windows of T tokens, spread over the split
-    starts = np.linspace(0, len(stream) - T, n).astype(np.int64)
-    x = torch.from_numpy(np.stack([stream[s : s + T] for s in starts]))
+    x = spread_windows(stream, T, n)
     return [(x[b : b + 32],) for b in range(0, n, 32)], f"GPTQ on {n * T} training tokens"
