@@ -125,13 +125,10 @@ def prompt_rows(shape: Shape, batch: int, length: int) -> list[list[int]] | None
 
 def text_ids(tokenizer_json: Path) -> list[int]:
     """Tiny Shakespeare's validation split in the model's ids (line by line, no specials)."""
-    from tokenizers import Tokenizer
-
     from ..core.data import load_shakespeare
+    from ..export.quality import line_ids
 
-    tok = Tokenizer.from_file(str(tokenizer_json))
-    lines = load_shakespeare()[1].splitlines(keepends=True)
-    return [i for e in tok.encode_batch(lines, add_special_tokens=False) for i in e.ids]
+    return line_ids(tokenizer_json, load_shakespeare()[1])
 
 
 def text_windows(tokenizer_json: Path, quick: bool = False) -> list[list[int]]:

@@ -48,20 +48,26 @@ def translation_bleu(
     return bleu_scores(hyps, refs), hyps
 
 
+def line_ids(tokenizer_json: str | Path, text: str) -> list[int]:
+    """`text` in a tokenizer's ids, line by line (its line ends kept, as training encodes it),
+    no special tokens: the stream perplexity windows and calibration windows are cut from."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    enc = tok.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
+    return [i for e in enc for i in e.ids]
+
+
 def text_windows(
     package: str | Path, text: str, limit: int | None = None, tokens: int | None = None
 ) -> list[list[int]]:
-    """`text` tokenized line by line (as training encodes it) and cut into non-overlapping
-    windows of T + 1 tokens (core.metrics.windows), T = `tokens` or the model's max_len."""
-    from tokenizers import Tokenizer
-
+    """`text` in the package's ids (line_ids) cut into non-overlapping windows of T + 1 tokens
+    (core.metrics.windows), T = `tokens` or the model's max_len."""
     from ..runtime.package import load_package
 
     T = load_package(package, verify=False).config.model.max_len
     T = T if tokens is None else min(tokens, T)
-    tok = Tokenizer.from_file(str(Path(package) / TOKENIZER_FILE))
-    enc = tok.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
-    return windows([i for e in enc for i in e.ids], T, limit)
+    return windows(line_ids(Path(package) / TOKENIZER_FILE, text), T, limit)
 
 
 def windows_perplexity(
@@ -165,17 +171,13 @@ def calibration_text(name: str | Path) -> tuple[str, str]:
 def text_calibration_batches(model, tokenizer_json: Path, text: str, what: str):
     """(model(*batch) inputs, what they are): CALIBRATION_TOKENS tokens of `text` in windows of
     min(max_len, CALIBRATION_WINDOW_TOKENS) spread over it; a decoder-only model only."""
-    from tokenizers import Tokenizer
-
     cfg = model.cfg
     if cfg.family != "decoder-only":
         raise ValueError(
             "a calibration text is for a decoder-only model (a translator's GPTQ uses its "
             "training pairs)"
         )
-    tok = Tokenizer.from_file(str(tokenizer_json))
-    enc = tok.encode_batch(text.splitlines(keepends=True), add_special_tokens=False)
-    stream = np.asarray([i for e in enc for i in e.ids], dtype=np.int64)
+    stream = np.asarray(line_ids(tokenizer_json, text), dtype=np.int64)
     T = min(cfg.max_len, CALIBRATION_WINDOW_TOKENS)
     if len(stream) < T:
         raise ValueError(f"calibration text {what}: {len(stream)} tokens, fewer than a window "

@@ -109,14 +109,11 @@ def gemma3_gguf() -> Path:
 def held_out_windows(tokenizer_json: Path) -> list[list[int]]:
     """8 windows of 257 tokens of Tiny Shakespeare's validation split, tokenized line by line
     (export.quality.text_windows' cut)."""
-    from tokenizers import Tokenizer
-
     from edgeformer.core.data import load_shakespeare
     from edgeformer.core.metrics import windows
+    from edgeformer.export.quality import line_ids
 
-    tok = Tokenizer.from_file(str(tokenizer_json))
-    lines = load_shakespeare()[1].splitlines(keepends=True)
-    ids = [i for e in tok.encode_batch(lines, add_special_tokens=False) for i in e.ids]
+    ids = line_ids(tokenizer_json, load_shakespeare()[1])
     return windows(ids, WINDOW_TOKENS, PERPLEXITY_WINDOWS)
 
 
