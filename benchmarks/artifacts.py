@@ -158,7 +158,8 @@ def exported_package(ckpt: Path, path: Path, key: dict, variants: tuple[str, ...
 
         with warnings.catch_warnings(), _quiet():
             warnings.simplefilter("ignore")
-            export_package(ckpt, out, tuple(variants), force=True, verbose=False, verify=False)
+            export_package(ckpt, out, variants=tuple(variants), force=True, verbose=False,
+                           verify=False)  # fmt: skip
 
     key = {**key, "variants": list(variants), "format": FORMAT_VERSION, "recipes": recipes}
     return _cached(path, {**key, "exporter": exporter_digest()}, build)

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from ..core.format import GRAPH_FORMATS, VARIANTS
+from .settings import ExportSettings
 from .source import final_val_losses, pick_checkpoint
 from .verify import FP32_PARITY, ParityError
 
@@ -66,17 +67,21 @@ def add_arguments(parser: argparse.ArgumentParser, command: str = "export") -> N
     )
 
 
+def settings_of(args: argparse.Namespace) -> ExportSettings:
+    """The flags as one ExportSettings (bad values are refused there, before any work)."""
+    return ExportSettings(
+        variants=args.quantize, graph_format=args.format, verify=not args.no_verify,
+        calibrate_on=args.calibrate, force=args.force, verbose=not args.quiet,
+    )  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     """The flags mapped onto export_package, which does the whole job (export.source, the
     parity check of export.verify); a failed fp32 parity check is exit status 1."""
     from .exporter import export_package
 
     try:
-        path = export_package(
-            args.checkpoint, args.out_dir, variants=args.quantize, force=args.force,
-            verbose=not args.quiet, graph_format=args.format, verify=not args.no_verify,
-            calibrate_on=args.calibrate,
-        )  # fmt: skip
+        path = export_package(args.checkpoint, args.out_dir, settings_of(args))
     except ParityError as e:
         print(f"edgeformer export: {e}", file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core.data import TrainingData
 from ..core.files import atomic_folder, sha256
@@ -25,7 +26,6 @@ from ..core.format import (
     GENAI_CONFIG_FILE,
     GENERATION_CONFIG_FILE,
     GOLDEN_FILE,
-    GRAPH_FORMATS,
     PACKAGE_FORMAT,
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -54,6 +54,7 @@ from .gptq import CALIBRATION_EXAMPLES, Hessians, layer_hessians
 from .ort_format import to_ort_format
 from .quality import calibration_batches, calibration_text, text_calibration_batches
 from .recipes import VARIANT_SPECS, variant_spec
+from .settings import ExportSettings
 from .source import checkpoint_folder
 from .verify import check_parity, golden_record
 from .writer import (
@@ -277,13 +278,14 @@ def write_package(
     ckpt_config: dict,
     checkpoint_dir: Path,
     variants: list[str],
-    verbose: bool,
-    graph_format: str = "onnx",
+    settings: ExportSettings,
     calibration: tuple[str, str] | None = None,
 ) -> None:
     """Every file of the package into the empty folder `tmp`: tokenizers, each variant's graphs
-    and weights (as ORT-format graphs with graph_format "ort"), golden.json, the run configs,
-    config.json with checksums and measurements. calibration: GPTQ's (text, what it is)."""
+    and weights (as ORT-format graphs with settings.graph_format "ort"), golden.json, the run
+    configs, config.json with checksums and measurements. variants: the checked names, in
+    writing order; calibration: GPTQ's (text, what it is)."""
+    verbose = settings.verbose
     import torch
     from tokenizers import Tokenizer
 
@@ -364,7 +366,7 @@ def write_package(
     write_run_configs(tmp, checkpoint_dir, config)
     config = dataclasses.replace(config, files={name: sha256(tmp / name) for name in listed})
     (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
-    if graph_format == "ort":
+    if settings.graph_format == "ort":
         config = to_ort_format(tmp, config, verbose)
     config = measure_variants(tmp, config, data, verbose)
     (tmp / CONFIG_FILE).write_text(json.dumps(config.to_json(), indent=2))
@@ -373,60 +375,51 @@ def write_package(
 def export_package(
     checkpoint_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
-    variants: tuple[str, ...] | list[str] | str = ("fp32",),
-    force: bool = False,
-    verbose: bool = True,
+    settings: ExportSettings | None = None,
+    *,
     check: Callable[[Path], None] | None = None,
-    graph_format: str = "onnx",
-    verify: bool = True,
-    calibrate_on: str | os.PathLike | None = None,
+    **changes: Any,
 ) -> Path:
     """Export a checkpoint to a model package in `out_dir`; returns its path.
 
     checkpoint_dir: a checkpoint folder, a training run folder (its best/ or averaged/, the
     lower final val loss: export.source) or a Hugging Face model folder (converted into a
-    temporary checkpoint first). variants: names of export.recipes.VARIANT_SPECS ("fp32" is
-    always written), a list or a comma-separated string. verify: check every variant against
-    PyTorch before the package takes `out_dir`'s place (export.verify.check_parity): fp32
-    beyond FP32_PARITY is a ParityError and nothing is written; False skips it (--no-verify).
-    check: a further check of the finished package, run after that one; an error there leaves
-    nothing behind too. graph_format: "onnx", or "ort" (export.ort_format: ORT-format graphs,
-    which the checks run). calibrate_on: GPTQ's text for int4 of a decoder-only model (a
-    bundled name, export.quality.CALIBRATION_TEXTS, or a UTF-8 file), instead of its bundled
-    training data; None: the training data when bundled, else none (fitted scales). The
-    package appears whole or not at all (core.files.atomic_folder).
+    temporary checkpoint first). settings: what to write and how (export.settings.ExportSettings;
+    `changes` are its fields by name, e.g. variants="int8,int4", force=True). Every variant is
+    checked against PyTorch before the package takes `out_dir`'s place (export.verify.
+    check_parity): fp32 beyond FP32_PARITY is a ParityError and nothing is written. check: a
+    further check of the finished package, run after that one; an error there leaves nothing
+    behind too. The package appears whole or not at all (core.files.atomic_folder).
     """
+    s = dataclasses.replace(settings or ExportSettings(), **changes)
     source, out_dir = Path(checkpoint_dir), Path(out_dir)
     if is_encoder_folder(source):  # BERT & co: a sentence-embedding package (export/encoder.py)
-        if graph_format != "onnx" or calibrate_on is not None or check is not None:
+        if s.graph_format != "onnx" or s.calibrate_on is not None or check is not None:
             raise ValueError("an encoder (sentence-embedding) package is exported as ONNX graphs, "
                              "without --format ort or --calibrate")  # fmt: skip
-        return export_encoder(source, out_dir, variants, force, verbose)
-    variants = ["fp32", *[v for v in check_variants(variants) if v != "fp32"]]
+        return export_encoder(source, out_dir, s.variants, s.force, s.verbose)
+    variants = ["fp32", *[v for v in check_variants(s.variants) if v != "fp32"]]
     if is_gguf_file(source) and "gguf" not in variants:  # the file's own blocks, kept
         variants.append("gguf")
-    if graph_format not in GRAPH_FORMATS:
-        raise ValueError(f"graph_format {graph_format!r}: one of {', '.join(GRAPH_FORMATS)}")
     calibration = None
-    if calibrate_on is not None:
+    if s.calibrate_on is not None:
         if not any(VARIANT_SPECS[v].gptq for v in variants):
             raise ValueError("a calibration text is for GPTQ in the int4 variant: add int4 to "
                              "the variants (--quantize int4)")  # fmt: skip
-        calibration = calibration_text(Path(calibrate_on))
-    check_target(source, out_dir, force)  # before a Hugging Face folder's conversion
-    with checkpoint_folder(source, verbose) as checkpoint_dir:
-        check_target(checkpoint_dir, out_dir, force)
+        calibration = calibration_text(s.calibrate_on)
+    check_target(source, out_dir, s.force)  # before a Hugging Face folder's conversion
+    with checkpoint_folder(source, s.verbose) as checkpoint_dir:
+        check_target(checkpoint_dir, out_dir, s.force)
         model, ckpt_config = load_checkpoint(checkpoint_dir)
         t0 = time.perf_counter()
         with atomic_folder(out_dir) as tmp:
-            write_package(tmp, model, ckpt_config, checkpoint_dir, variants, verbose, graph_format,
-                          calibration)  # fmt: skip
-            if verify:
-                check_parity(tmp, checkpoint_dir, variants, verbose)
+            write_package(tmp, model, ckpt_config, checkpoint_dir, variants, s, calibration)
+            if s.verify:
+                check_parity(tmp, checkpoint_dir, variants, s.verbose)
             if check is not None:
                 check(tmp)
-            check_target(checkpoint_dir, out_dir, force)  # again: OUT_DIR may have changed
-    _log(verbose, f"wrote {out_dir} in {time.perf_counter() - t0:.1f} s")
+            check_target(checkpoint_dir, out_dir, s.force)  # again: OUT_DIR may have changed
+    _log(s.verbose, f"wrote {out_dir} in {time.perf_counter() - t0:.1f} s")
     return out_dir
 
 

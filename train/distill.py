@@ -87,7 +87,7 @@ def teacher_package(teacher: Path, out: Path, say: Callable[[str], None]) -> Pat
     from edgeformer.export import export_package
 
     say(f"teacher: exporting {teacher} to {target} (fp32)")
-    export_package(teacher, target, ("fp32",), force=True, verbose=False, verify=False)
+    export_package(teacher, target, force=True, verbose=False, verify=False)
     stamp.write_text(origin)
     return target
 
