@@ -11,7 +11,8 @@ config.json and how its tensor names become the transformers names (models/hf lo
     output.weight                lm_head.weight (absent, or the embedding's bytes: tied)
 
 Every decoder family models/hf converts whose GGUF form transformers' GGUF loader reads: llama
-(Llama, Mistral, SmolLM2, TinyLlama), qwen2, qwen3, phi3 (fused qkv and gate/up), gemma2 /
+(Llama, Mistral, SmolLM2, TinyLlama; Llama 3.1 / 3.2's rope_freqs.weight read back as
+transformers' llama3 rope scaling), qwen2, qwen3, phi3 (fused qkv and gate/up), gemma2 /
 gemma3 (the file's norms hold 1 + w), gpt2 (Conv1D weights: transposed back). Metadata keys and
 tensor names are llama.cpp's (gguf-py's constants), the config keys transformers' for the same
 model, the values llama.cpp's meaning of them (its attention scale for Gemma, its sliding layer
@@ -75,6 +76,8 @@ GPT2_GLOBAL_TENSORS = {
     "output": "lm_head",
 }
 SLIDING, FULL = "sliding_attention", "full_attention"
+ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's divisor per rotary frequency (Llama 3.1 scaling)
+LLAMA3_ORIGINAL_CONTEXT = 8192  # what llama.cpp's converter assumes when the config has none
 
 
 class Meta:
@@ -179,16 +182,18 @@ class Family:
             factor = m.float("rope.scaling.factor")
             if factor != 1.0:
                 params |= {"rope_type": "linear", "factor": factor}
+        elif scaling == "yarn":
+            params |= yarn_rope(f, m)
         elif scaling not in ("none", None):
             raise ValueError(
                 f"{f.path}: {m.arch}.rope.scaling.type {scaling!r} is not converted from GGUF "
-                "yet (linear is)"
+                "yet (linear and yarn are)"
             )
-        if "rope_freqs.weight" in f.tensors:
-            raise ValueError(
-                f"{f.path}: rope_freqs.weight (Llama 3.1-style rope scaling factors) is not "
-                "converted from GGUF yet"
-            )
+        if ROPE_FREQS in f.tensors:
+            if ROPE_FREQS not in self.config_tensors or params["rope_type"] != "default":
+                raise ValueError(f"{f.path}: {ROPE_FREQS} beside {m.arch}'s "
+                                 f"{params['rope_type']} rope is not converted")  # fmt: skip
+            params |= llama3_rope(f, m, params["rope_theta"], dims)
         return params
 
     def extra_config(self, f: GGUFFile, m: Meta, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -320,11 +325,96 @@ def unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, n // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def yarn_rope(f: GGUFFile, m: Meta) -> dict[str, Any]:
+    """rope_parameters of YaRN from the keys llama.cpp's converter writes for it (factor, the
+    original context; attention factor and betas when the config had them), as transformers
+    computes them; a key of YaRN that transformers has no field for is an error naming it."""
+    params: dict[str, Any] = {
+        "rope_type": "yarn",
+        "factor": m.float("rope.scaling.factor"),
+        "original_max_position_embeddings": m.positive("rope.scaling.original_context_length"),
+    }
+    for key, field in (("yarn_attn_factor", "attention_factor"), ("yarn_beta_fast", "beta_fast"),
+                       ("yarn_beta_slow", "beta_slow")):  # fmt: skip
+        value = m.float(f"rope.scaling.{key}", None)
+        if value is not None:
+            params[field] = value
+    for key, neutral in (("yarn_ext_factor", 1.0), ("yarn_log_multiplier", 0.0)):
+        value = m.float(f"rope.scaling.{key}", None)
+        if value is not None and value != neutral:
+            raise ValueError(f"{f.path}: {m.arch}.rope.scaling.{key} {value} is not converted "
+                             f"(transformers' YaRN has it at {neutral})")  # fmt: skip
+    return params
+
+
+def llama3_rope(f: GGUFFile, m: Meta, theta: float, dims: int) -> dict[str, Any]:
+    """rope_parameters of Llama 3.1-style scaling from rope_freqs.weight, the divisor per
+    frequency that llama.cpp's converter computes from factor, low_freq_factor,
+    high_freq_factor and original_max_position_embeddings: 1 for short wavelengths, factor for
+    long ones, 1 / ((1 - s) / factor + s) between, s linear in 1 / wavelength. The four values
+    are read back from the divisors (the original context from the file's key, else llama.cpp's
+    8192: only the ratios matter) and checked to give the file's divisors again; divisors of
+    another shape are an error naming the tensor."""
+    divisors = f.dequantized(ROPE_FREQS).reshape(-1).astype(np.float64)
+    if divisors.shape != (dims // 2,) or not (np.isfinite(divisors) & (divisors > 0)).all():
+        raise ValueError(f"{f.path}: {ROPE_FREQS} holds {divisors.shape[0]} values, not "
+                         f"{dims // 2} positive rotary divisors")  # fmt: skip
+    factor = float(divisors.max())
+    if np.allclose(divisors, 1.0, rtol=1e-6, atol=0):
+        return {}  # no scaling
+    original = m.positive("rope.scaling.original_context_length", LLAMA3_ORIGINAL_CONTEXT)
+    wavelen = 2 * math.pi * theta ** (np.arange(0, dims, 2) / dims)
+    low, high = _llama3_bands(divisors, factor, wavelen, original)
+    params = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+              "high_freq_factor": high, "original_max_position_embeddings": original}  # fmt: skip
+    again = _llama3_divisors(wavelen, factor, low, high, original)
+    if not np.allclose(again, divisors, rtol=1e-5, atol=0):
+        worst = float(np.max(np.abs(again / divisors - 1)))
+        raise ValueError(f"{f.path}: {ROPE_FREQS} is not Llama 3's rope scaling (the closest "
+                         f"llama3 parameters differ by {worst:.1e}): not converted")  # fmt: skip
+    return params
+
+
+def _llama3_divisors(wavelen: np.ndarray, factor: float, low: float, high: float,
+                     original: int) -> np.ndarray:  # fmt: skip
+    """llama.cpp's rope_freqs for llama3 scaling (convert_hf_to_gguf's LlamaModel)."""
+    smooth = (original / wavelen - low) / (high - low)
+    between = 1 / ((1 - smooth) / factor + smooth)
+    return np.where(wavelen < original / high, 1.0,
+                    np.where(wavelen > original / low, factor, between))  # fmt: skip
+
+
+def _llama3_bands(divisors: np.ndarray, factor: float, wavelen: np.ndarray,
+                  original: int) -> tuple[float, float]:  # fmt: skip
+    """(low_freq_factor, high_freq_factor) whose ramp gives `divisors`: s = original /
+    (wavelen (high - low)) - low / (high - low) fitted on the frequencies between the bands,
+    with the bands' edges (between neighbouring wavelengths) where fewer than two are."""
+    ones = np.isclose(divisors, 1.0, rtol=1e-6, atol=0)
+    full = np.isclose(divisors, factor, rtol=1e-6, atol=0)
+    mid = ~ones & ~full
+    x = list(1 / wavelen[mid])
+    y = list((1 / divisors[mid] - 1 / factor) / (1 - 1 / factor))
+    if len(x) < 2 and ones.any():  # the short band's edge: s = 1
+        x.append(1 / math.sqrt(wavelen[ones].max() * wavelen[~ones].min()))
+        y.append(1.0)
+    if len(x) < 2 and full.any():  # the long band's edge: s = 0
+        x.append(1 / math.sqrt(wavelen[~full].max() * wavelen[full].min()))
+        y.append(0.0)
+    if len(x) < 2:
+        raise ValueError(f"rotary divisors {divisors.tolist()} are not Llama 3's rope scaling")
+    a, b = np.linalg.lstsq(np.stack([x, np.ones(len(x))], 1), np.array(y), rcond=None)[0]
+    if not a > 0:
+        raise ValueError(f"rotary divisors {divisors.tolist()} are not Llama 3's rope scaling")
+    span = original / a  # high - low
+    return float(-b * span), float(-b * span + span)
+
+
 class Llama(Family):
     gguf_names = ("llama",)
     architecture = "LlamaForCausalLM"
     model_type = "llama"
     permuted_qk = True
+    config_tensors = (ROPE_FREQS,)
 
     def extra_config(self, f: GGUFFile, m: Meta, cfg: dict[str, Any]) -> dict[str, Any]:
         bias = "blk.0.attn_q.bias" in f.tensors

@@ -117,6 +117,19 @@ def write_metadata(w, arch: str, cfg, extra: dict | None = None) -> None:
 
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(float(rope["factor"]))
+    if rope.get("rope_type") == "yarn":  # convert_hf_to_gguf's TextModel
+        import gguf
+
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(rope["factor"]))
+        w.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+        if "attention_factor" in rope:
+            w.add_rope_scaling_yarn_attn_factor(float(rope["attention_factor"]))
+        for key in ("beta_fast", "beta_slow"):
+            if key in rope:
+                getattr(w, f"add_rope_scaling_yarn_{key}")(float(rope[key]))
+    if rope.get("rope_type") == "llama3":  # LlamaModel.generate_extra_tensors
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(rope, head_dim))
     if arch == "phi3" and rope.get("rope_type") == "longrope":  # Phi3MiniModel's
         original = int(cfg.original_max_position_embeddings)
         w.add_rope_scaling_orig_ctx_len(original)
@@ -129,6 +142,28 @@ def write_metadata(w, arch: str, cfg, extra: dict | None = None) -> None:
             )
     for key, value in (extra or {}).items():
         w.add_key_value(key, *value)
+
+
+def llama3_rope_factors(rope: dict, dim: int) -> np.ndarray:
+    """rope_freqs.weight as llama.cpp's convert_hf_to_gguf computes it (float32 frequencies)."""
+    import torch
+
+    base = rope.get("rope_theta", 10000.0)
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor = rope.get("factor", 8.0)
+    low, high = rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+    old = rope.get("original_max_position_embeddings", 8192)
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(out, dtype=torch.float32).numpy()
 
 
 def gguf_name(name_map, hf_name: str) -> str:

@@ -83,6 +83,19 @@ CASES = {
             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
             num_hidden_layers=6),
         "Q8_0", reference="values"),
+    # Llama 3.1 / 3.2's rope scaling: llama.cpp keeps it as rope_freqs.weight only
+    "llama31-rope-q8_0": Case(
+        "llama", "LlamaForCausalLM", "LlamaConfig",
+        dict(tie_word_embeddings=True, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+        "Q8_0", reference="values"),
+    "qwen2-yarn-q8_0": Case(
+        "qwen2", "Qwen2ForCausalLM", "Qwen2Config",
+        dict(tie_word_embeddings=True, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+            "original_max_position_embeddings": 16, "beta_fast": 16.0}),
+        "Q8_0", reference="values"),
     "gpt2-q8_0": Case("gpt2", "GPT2LMHeadModel", "GPT2Config", {}, "Q8_0", base=GPT2_SMALL),
 }  # fmt: skip
 PROMPTS = [list(range(5, 25)), list(range(40, 49))]
