@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.files import recover, sha256
+from ..core.files import hub_id_hint, recover, sha256
 from ..core.format import (
     CHECKPOINT_FORMAT,
     CONFIG_FILE,
@@ -174,7 +174,7 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     if not path.exists():
         recover(path)  # an export killed while it swapped the new package in (core.files)
     if not path.is_dir():
-        raise PackageError(f"model package not found: {path} is not a folder")
+        raise PackageError(f"model package not found: {path} is not a folder{hub_id_hint(path)}")
     cfg_path = path / CONFIG_FILE
     what = not_a_package(path)
     if what is not None:
