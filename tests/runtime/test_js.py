@@ -530,6 +530,41 @@ def test_js_close_matches_are_difflibs(node):
         assert got == difflib.get_close_matches(word, codes, n=5, cutoff=0.5), word
 
 
+def test_js_close_codes_are_pythons(node):
+    """runtime/js's closeCodes is core/languages.close_codes: the same language table, names,
+    misspellings and fallbacks, on NLLB's, M2M100's and mBART's spellings."""
+    from edgeformer.core.languages import close_codes
+
+    styles = [
+        ["deu_Latn", "eng_Latn", "fra_Latn", "arb_Arab", "zho_Hans", "zho_Hant", "ell_Grek"],
+        ["de", "en", "fr", "ar", "zh", "el", "mn", "ga", "ast"],
+        ["de_DE", "en_XX", "fr_XX", "ar_AR", "zh_CN"],
+    ]
+    words = [
+        "deu_Latn",
+        "german",
+        "Germna",
+        "Deutsch",
+        "ger",
+        "de",
+        "zh-CN",
+        "arabic",
+        "greek",
+        "Modern Greek",
+        "fra_Ltn",
+        "xx_Yyyy",
+        "klingon",
+        "",
+        " French ",
+        "Español",
+        "ast",
+    ]
+    data = [[w, codes] for w in words for codes in styles]
+    expression = "data.map(([w, codes]) => m.closeCodes(w, codes))"
+    for (word, codes), got in zip(data, node_map(node, "languages.mjs", expression, data)):
+        assert got == close_codes(word, codes), (word, codes)
+
+
 def test_js_auto_picks_pythons_variant(node):
     """runtime/js's pickVariant is core/variants.pick_variant: the same quality bounds and the
     same speed ties (within SPEED_MARGIN of the fastest, the more exact variant runs), on random
