@@ -128,12 +128,12 @@ def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
             metavar="N", help="requests decoding at once (rows of a language model's "
             "continuous batch); more wait for a row (default: 16)",
         )  # fmt: skip
-    else:
+    else:  # --batch-type is translate's only
+        tokens = "; with --batch-type tokens, padded source tokens per batch"
         g.add_argument(
             "--batch-size", "--max-batch-size", dest="batch_size", type=int, default=32,
             metavar="N",
-            help="inputs per batch; with --batch-type tokens, padded source tokens per batch "
-            "(default: 32)",
+            help=f"inputs per batch{tokens if command == 'translate' else ''} (default: 32)",
         )  # fmt: skip
     if command == "score":
         return
