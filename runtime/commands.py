@@ -34,6 +34,7 @@ from ..core.decoding import GenerationOptions
 from ..core.files import atomic_text
 from ..core.flags import add_flags, did_you_mean, given
 from ..core.format import VARIANTS
+from ..core.progress import Progress, count_lines, is_terminal
 from ..core.schema import HELD_OUT_KEYS
 from ..core.variants import MAX_QUALITY_LOSS, pick_variant
 from .api import Generator, Translator
@@ -74,10 +75,11 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
         metavar="FILE",
         help="read the texts from FILE, one per line (default: the TEXT arguments, else stdin)",
     )
-    if command == "translate":
+    if command in ("translate", "generate"):
+        what = "translations" if command == "translate" else "outputs"
         io.add_argument(
             "--output", metavar="FILE",
-            help="write the translations to FILE, whole or not at all (default: stdout)",
+            help=f"write the {what} to FILE, whole or not at all (default: stdout)",
         )  # fmt: skip
     add_runtime_arguments(p.add_argument_group("runtime"), command)
     if command == "score":
@@ -320,6 +322,22 @@ def output(args: argparse.Namespace) -> Iterator[IO[str]]:
         yield f
 
 
+def input_progress(args: argparse.Namespace, unit: str) -> Progress:
+    """The inputs' progress bar (core.progress) when stderr is a terminal and the outputs do not
+    go to it (--output FILE, or stdout redirected), its total the --input file's lines or the
+    TEXTs; nothing for lines typed at a terminal or when stderr is a pipe. Its finish() prints
+    the summary line (count, time, rate)."""
+    to_file = getattr(args, "output", None) is not None or not is_terminal(sys.stdout)
+    shown = is_terminal(sys.stderr) and to_file and not interactive(args)
+    total = None
+    if shown:
+        total = len(args.texts) if args.texts else None
+        if args.input is not None and os.path.isfile(args.input):
+            total = count_lines(args.input)
+    source = "" if args.texts else f" {os.path.basename(args.input or '-')}"
+    return Progress(f"{args.command}{source}", total, unit, quiet=not shown)
+
+
 # ---- commands -------------------------------------------------------------------------------
 
 
@@ -401,6 +419,7 @@ def run_translate(args: argparse.Namespace, model: Translator, options: dict) ->
     options = options | langs
     bad = BadLines("translate", model, args.truncate, effective.max_input_length)
     live = interactive(args)
+    bar = input_progress(args, "sentences")
     with output(args) as out:
         if effective.num_hypotheses == 1 and args.target_prefix is None:
             lines = (t or "" if bad.usable(n, t, p) else "" for n, t, p in input_lines(args))
@@ -411,6 +430,8 @@ def run_translate(args: argparse.Namespace, model: Translator, options: dict) ->
             )  # fmt: skip
             for text in translations:
                 print(text, file=out, flush=live)
+                bar.advance()
+            bar.finish()
             log.info(stats.summary())
             return 1 if bad.count else 0
         for batch in _batches(input_lines(args), args.batch_size):
@@ -427,26 +448,32 @@ def run_translate(args: argparse.Namespace, model: Translator, options: dict) ->
                 for text, score in hyps or [("", math.nan)]:
                     print(f"{n - 1}\t{score:.4f}\t{text}", file=out)
             out.flush()
+            bar.advance(len(batch))
+    bar.finish()
     return 1 if bad.count else 0
 
 
 def run_generate(args: argparse.Namespace, model: Generator, options: dict) -> int:
     effective = model.model.options(**options)
     bad = BadLines("generate", model, args.truncate, effective.max_input_length)
-    for n, prompt, problem in input_lines(args):
-        if not bad.usable(n, prompt, problem):
-            print(flush=True)
-            continue
-        prompt = prompt or ""
-        if effective.num_hypotheses > 1:
-            (result,) = model.generate_results([prompt], args.truncate, **options)
-            for h in result.hypotheses:
-                print(f"{prompt}{h.text}", flush=True)
-            continue
-        print(prompt, end="", flush=True)
-        for piece in model.stream(prompt, args.truncate, **options):
-            print(piece, end="", flush=True)
-        print(flush=True)
+    bar = input_progress(args, "prompts")
+    with output(args) as out:
+        for n, prompt, problem in input_lines(args):
+            bar.advance()
+            if not bad.usable(n, prompt, problem):
+                print(file=out, flush=True)
+                continue
+            prompt = prompt or ""
+            if effective.num_hypotheses > 1:
+                (result,) = model.generate_results([prompt], args.truncate, **options)
+                for h in result.hypotheses:
+                    print(f"{prompt}{h.text}", file=out, flush=True)
+                continue
+            print(prompt, end="", file=out, flush=True)
+            for piece in model.stream(prompt, args.truncate, **options):
+                print(piece, end="", file=out, flush=True)
+            print(file=out, flush=True)
+    bar.finish()
     return 1 if bad.count else 0
 
 
@@ -460,6 +487,7 @@ def run_score(args: argparse.Namespace) -> int:
     total, count, seen = 0.0, 0, 0
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} must be >= 1")
+    bar = input_progress(args, "texts")
     for batch in _batches(_checked(input_lines(args)), args.batch_size):
         if isinstance(model, Translator):
             pairs = [line.split("\t") for line in batch]
@@ -474,6 +502,8 @@ def run_score(args: argparse.Namespace) -> int:
             print(f"{r.normalized:.4f}\t{r.total:.4f}\t{len(r.log_probs)}")
             total, count = total + r.total, count + len(r.log_probs)
         sys.stdout.flush()
+        bar.advance(len(batch))
+    bar.finish()
     if count:
         print(f"{count} tokens, mean log-prob {total / count:.4f}, perplexity "
               f"{math.exp(-total / count):.3f}", file=sys.stderr)  # fmt: skip

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 import importlib
 import io
 import os
+import re
 import sys
 
 import pytest
@@ -127,6 +127,39 @@ def test_input_and_output_files(ed_package, tmp_path, capsys):
     assert src.read_text().splitlines() == TEXTS
     assert main(["translate", str(ed_package), "x", "--input", str(src)]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("command, unit", [("translate", "sentences"), ("generate", "prompts"),
+                                           ("score", "texts")])  # fmt: skip
+def test_long_work_shows_a_bar_and_a_summary_on_a_terminal_none_on_a_pipe(
+    command, unit, ed_package, lm_package, tmp_path, capsys, monkeypatch
+):
+    """translate / generate / score over a file: on a terminal a bar and one summary line
+    (count, time, rate); with stderr a pipe, nothing but the command's own lines."""
+    src, out = tmp_path / "big.en", tmp_path / "big.out"
+    lines = [t or "x" for t in TEXTS] * 5
+    if command == "score":
+        lines = [f"{t}\t{t}" for t in lines]
+    src.write_text("\n".join(lines) + "\n")
+    package = lm_package if command == "generate" else ed_package
+    args = [command, str(package), "--input", str(src)]
+    args += ["--output", str(out), "--max-new-tokens", "4"] if command != "score" else []
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(args) == 0
+    last = terminal.getvalue().splitlines()[-1 if command != "score" else -2]
+    assert re.fullmatch(rf"{command} big.en: 20 {unit} in \d+ s, [\d,.]+ {unit}/s", last), last
+    if command != "score":
+        assert len(out.read_text().splitlines()) >= 20
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    assert main(args) == 0
+    assert f"{unit} in" not in pipe.getvalue() and "\r" not in pipe.getvalue()
 
 
 def test_a_failed_output_leaves_nothing(ed_package, tmp_path, capsys):

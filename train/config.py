@@ -322,7 +322,7 @@ CPU_STUDENT = replace(
 STUDENTS = ("multi30k-en-de-student",)  # presets that train on a teacher's translations
 
 PRESETS: dict[str, TrainConfig] = {
-    # demo: a small model on Multi30k en->de, ~5 minutes on 2 CPU cores (val BLEU: README)
+    # demo: a small model on Multi30k en->de, ~4 minutes on 2 idle CPU cores (val BLEU: README)
     "tiny": TrainConfig(
         model=default_model(
             vocab_size=2000,

@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import torch
 
 from ...core.config import ModelConfig
 from ...core.files import hub_id_hint
+from ...core.progress import duration
 from ..checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, TOKENIZER_CONFIG, save_checkpoint
 from ..transformer import build_model
 from . import files
@@ -250,6 +252,7 @@ def convert_hf(
     checkpoint's record of where it came from (default: this folder's architecture); extra:
     writes more files into the checkpoint (the GGUF converter's raw blocks)."""
     src, out = Path(src), Path(out)
+    started = time.perf_counter()
     check_out(src, out, force)
     hf = read_hf_config(src)
     arch, loader = loader_for(hf)
@@ -284,5 +287,7 @@ def convert_hf(
             )  # fmt: skip
     if verbose:
         n = model.num_params() / 1e6
-        print(f"converted {arch} ({n:.1f} M parameters) -> {path}", file=sys.stderr, flush=True)
+        took = duration(time.perf_counter() - started)
+        print(f"converted {arch} ({n:.1f} M parameters) -> {path} in {took}", file=sys.stderr,
+              flush=True)  # fmt: skip
     return path
