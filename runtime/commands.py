@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from ..core.data import held_out_description
 from ..core.decoding import GenerationOptions
 from ..core.files import atomic_text
 from ..core.flags import add_flags, did_you_mean, given
@@ -39,7 +40,7 @@ from ..core.schema import HELD_OUT_KEYS
 from ..core.variants import MAX_QUALITY_LOSS, pick_variant
 from .api import Generator, Translator
 from .batching import BATCH_TYPES, READ_AHEAD, Throughput
-from .package import BUNDLED, DEFAULT_PACKAGE
+from .package import BUNDLED, DEFAULT_PACKAGE, Package, bundled_name
 from .text import text_problem
 
 log = logging.getLogger("edgeformer")
@@ -517,6 +518,29 @@ def _names(names: list[str], n: int) -> str:
     return ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")
 
 
+HELD_OUT_NAMES = {"bleu": "BLEU", "perplexity": "perplexity"}
+
+
+def measured_legend(pkg: Package) -> list[str]:
+    """What info's 'at export' figures were measured on: each names its inputs, its reference
+    and (held-out quality) its data, split and decoding."""
+    c, golden = pkg.config, pkg.golden()
+    calls, k = len(golden.tokens), len(golden.top_ids[0][0]) if golden.top_ids else 0
+    lines = [
+        "  measured on: agreement = the share of PyTorch's greedy choices the variant makes "
+        f"again, over golden.json's {calls} decoder calls x {len(golden.inputs)} inputs; max "
+        f"|logit diff| = the largest absolute difference on PyTorch's top-{k} logits of those "
+        "calls (export's 'parity' lines measure another run, as a share of the logits' scale); "
+        "ms/token = greedy, batch 1, on the exporting machine"
+    ]
+    keys = [k for k in HELD_OUT_KEYS if any(k in v.measured for v in c.variants.values())]
+    pair = "-".join(str(c.task[k]) for k in ("src_lang", "tgt_lang") if k in c.task)
+    for key in keys:
+        what = held_out_description(key, converted=bool(c.source), pair=pair)
+        lines.append(f"  held-out {HELD_OUT_NAMES[key]} = {what}")
+    return lines
+
+
 def package_info(path: str) -> str:
     """What `edgeformer info` prints: model, task, variants with sizes, graphs, requirements."""
     import onnxruntime as ort
@@ -536,8 +560,10 @@ def package_info(path: str) -> str:
     task = ", ".join(f"{k} {v}" for k, v in c.task.items() if k not in listed) or "-"
     codes = list(c.task.get("languages") or {})
     source = " ".join(c.source.get(k, "") for k in ("format", "architecture")).strip()
+    bundled = bundled_name(pkg.path)
     lines = [
         f"package      {pkg.path} (format {c.format_version}, checksums verified)",
+        *([f"bundled      {bundled}: {BUNDLED[bundled]}"] if bundled else []),
         f"family       {c.family}; task: {task}",
         *([f"source       {source}"] if source else []),
         *([f"languages    {len(codes)}: {' '.join(codes)}"] if codes else []),
@@ -554,11 +580,14 @@ def package_info(path: str) -> str:
         lines.append(f"  {name:<{w}} {size:8.2f} MB  {v.description}")
         if v.measured:
             x = v.measured
-            held = "".join(f", held-out {k} {x[k]:.2f}" for k in HELD_OUT_KEYS if k in x)
+            held = "".join(f", held-out {HELD_OUT_NAMES[k]} {x[k]:.2f}" for k in HELD_OUT_KEYS
+                           if k in x)  # fmt: skip
             lines.append(
-                f"         at export: agreement with PyTorch {x['agreement']:.3f}, max logit "
-                f"diff {x['max_logit_diff']:.2e}, {x['ms_per_token']:.3f} ms/token{held}"
+                f"         at export: agreement with PyTorch {x['agreement']:.3f}, max |logit "
+                f"diff| {x['max_logit_diff']:.2e}, {x['ms_per_token']:.3f} ms/token{held}"
             )
+    if any(v.measured for v in c.variants.values()):
+        lines += measured_legend(pkg)
     _, why = pick_variant(c)
     lines.append(f"  auto -> {why}")
     settings, ignored = pkg.generation_settings()

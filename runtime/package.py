@@ -33,8 +33,11 @@ __all__ = ["BUNDLED", "Package", "PackageError", "bundled_package", "load_packag
 # exists. Made by `make models` from the committed recipes (docs/pretrained.md).
 PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 BUNDLED = {
-    "m30k-en-de": "English -> German, Multi30k (image captions), multi30k-en-de-cpu recipe",
-    "shakespeare": "character-level Tiny Shakespeare LM, shakespeare-char-cpu recipe",
+    "m30k-en-de": "English -> German, trained on Multi30k's image captions only (the "
+    "multi30k-en-de-cpu recipe): short descriptions of photos translate; other text comes out "
+    "as German about pictures, not a translation (docs/pretrained.md)",
+    "shakespeare": "a character-level LM trained on Tiny Shakespeare (the shakespeare-char-cpu "
+    "recipe): it continues a text in the plays' style, nothing more (docs/pretrained.md)",
 }
 DEFAULT_PACKAGE = {"translate": "m30k-en-de", "generate": "shakespeare"}
 
@@ -45,6 +48,12 @@ def bundled_package(name: str) -> Path | None:
         return None
     path = PRETRAINED_DIR / name
     return path if (path / CONFIG_FILE).is_file() else None
+
+
+def bundled_name(path: str | os.PathLike) -> str | None:
+    """The bundled package name whose folder `path` is (None: not a bundled package)."""
+    resolved = Path(path).resolve()
+    return next((n for n in BUNDLED if (PRETRAINED_DIR / n).resolve() == resolved), None)
 
 
 def resolve_package(path: str | os.PathLike) -> Path:
