@@ -37,8 +37,8 @@ class Terminal(io.StringIO):
 
 def test_a_terminal_gets_a_counted_bar_and_a_summary_a_pipe_none():
     """The bar reads '3/3' (the total) or '513 sentences' (a space before the unit; it read
-    '513sentences'), and finish() ends
-    with one summary line (count, time, rate) on a terminal only."""
+    '513sentences'), and finish() ends with one summary line (count, time, rate) on a terminal
+    only."""
     term = Terminal()
     bar = Progress("translate big.en", total=3, unit="sentences", stream=term)
     bar.advance(3)
