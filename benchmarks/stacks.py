@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ..core.commandline import pip_extra
 from . import artifacts, llama_env, optimum_env, runners
 from .runners import Runner
 from .settings import Job, Settings
@@ -259,7 +260,7 @@ def skip_reason(stack: Stack, shape: Shape, job: Job) -> str | None:
             "its own environment: edgeformer bench --make-optimum-env DIR or --optimum-python, "
             "benchmarks/README.md"
             if stack.env == "optimum"
-            else "pip install edgeformer[bench]"
+            else pip_extra("bench")
         )
         return f"not installed: {', '.join(missing)} ({how})"
     if stack.name == "edgeformer-torch" and job.package and not job.checkpoint:

@@ -15,7 +15,14 @@ import sys
 from collections.abc import Callable
 from typing import Protocol
 
-from ..core.commandline import LOG_ENV, LOG_LEVELS, log_level, run_command, setup_logging
+from ..core.commandline import (
+    LOG_ENV,
+    LOG_LEVELS,
+    log_level,
+    pip_extra,
+    run_command,
+    setup_logging,
+)
 from ..core.flags import Parser, unknown_flags
 
 DESCRIPTION = "Train a Transformer in PyTorch, export it as an ONNX model package, run it."
@@ -138,14 +145,12 @@ def missing_extra(command: str) -> str | None:
     if not missing:
         return None
     torch = "pip install torch==2.13.0 (the CPU build), then " if "torch" in missing else ""
-    bench = ""
+    install = pip_extra(extra)
     if "edgeformer.benchmarks" in missing:
         missing[missing.index("edgeformer.benchmarks")] = f"the {BENCH_DIST} distribution"
-        bench = " ./benchmarks (from a checkout of the repository)"
-    return (
-        f"edgeformer {command} needs {', '.join(missing)}, which this install lacks: "
-        f"{torch}pip install 'edgeformer[{extra}]'{bench}"
-    )
+        install = install.replace("]'", "]' ./benchmarks", 1)
+    lacks = f"edgeformer {command} needs {', '.join(missing)}, which this install lacks"
+    return f"{lacks}: {torch}{install}"
 
 
 def main(argv: list[str] | None = None) -> int:

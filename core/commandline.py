@@ -38,6 +38,12 @@ def log_level(argv: list[str]) -> tuple[str, list[str]]:
     return level, rest
 
 
+def pip_extra(extra: str) -> str:
+    """How to install one of edgeformer's extras: from a clone of the repository, since
+    edgeformer is not on PyPI (`pip install 'edgeformer[train]'` would find nothing)."""
+    return f"pip install '.[{extra}]' in a clone of the repository"
+
+
 def setup_logging(level: str, command: str) -> None:
     """The `edgeformer` logger on stderr as 'edgeformer COMMAND: message' lines."""
     logger = logging.getLogger("edgeformer")

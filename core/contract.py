@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from . import config as config_module
-from . import format, generation_config, languages, options, patterns, schema, variants
+from . import (
+    format,
+    generation_config,
+    language_names,
+    languages,
+    options,
+    patterns,
+    schema,
+    variants,
+)
 
 GENERATED_BY = "python -m edgeformer.core.contract --write runtime/js/contract.mjs"
 CONTRACT_FILE = "runtime/js/contract.mjs"
@@ -200,7 +209,9 @@ def contract() -> dict[str, Any]:
                 "same_start": languages.SAME_START,
                 "fallback": languages.FALLBACK_CODES,
                 "sample": languages.SAMPLE_CODES,
+                "name_cutoff": languages.NAME_CUTOFF,
             },
+            "language_table": language_names.TABLE,
         },
         # encoder (sentence-embedding) packages: the JS runtime refuses them by name for now
         "encoder": {

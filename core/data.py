@@ -30,6 +30,28 @@ DATA_DIR = _bundled()
 SPLITS = ("train", "val", "test_2016_flickr")
 LANGS = ("en", "de")
 DATASETS = ("multi30k", "tinyshakespeare")
+# export's held-out check (export/quality.py): a Tiny Shakespeare LM's perplexity on the first
+# HELD_OUT_WINDOWS windows of the val split; a converted LM's on CONVERTED_WINDOWS windows of
+# CONVERTED_WINDOW_TOKENS tokens of it, in its own tokens
+HELD_OUT_WINDOWS = 256
+CONVERTED_WINDOWS, CONVERTED_WINDOW_TOKENS = 8, 256
+
+
+def held_out_description(key: str, converted: bool = False, pair: str = "") -> str:
+    """What export's held-out `key` ("bleu", "perplexity") was measured on, in words: what
+    export says when it measures it and `edgeformer info` when it shows it. pair: a
+    translator's direction (en-de)."""
+    if key == "bleu":
+        return (
+            f"greedy translations of Multi30k's whole val split{f' ({pair})' if pair else ''}, "
+            "cased sacreBLEU against its references"
+        )
+    if converted:
+        return (
+            f"{CONVERTED_WINDOWS} windows of {CONVERTED_WINDOW_TOKENS} tokens of Tiny "
+            "Shakespeare's val split, in the model's own tokens"
+        )
+    return f"the first {HELD_OUT_WINDOWS} windows of max_len tokens of Tiny Shakespeare's val split"
 
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:

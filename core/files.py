@@ -23,6 +23,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -177,3 +178,19 @@ def describe_os_error(e: OSError) -> str:
             return f"no space left on the device: {e.strerror}"  # what the writer says it kept
         return f"no space left on the device{where} (nothing was left half-written)"
     return f"{e.strerror or e}{where}"
+
+
+# a Hugging Face Hub id: OWNER/NAME, one slash, no ./ or ../ start (Qwen/Qwen2.5-0.5B-Instruct)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+def hub_id_hint(path: str | os.PathLike) -> str:
+    """What to add to a 'not found' error when the missing `path` reads as a Hugging Face id:
+    that ids are never downloaded, and the one command that fetches the folder ("" otherwise)."""
+    text = os.fspath(path)
+    if os.path.exists(text) or not HUB_ID.fullmatch(text):
+        return ""
+    return (
+        f" (if {text} is a Hugging Face id: edgeformer never downloads one; fetch the folder "
+        f"first, `huggingface-cli download {text} --local-dir DIR`, and give DIR)"
+    )

@@ -14,9 +14,11 @@ from it (mBART's fine-tuned models), and it cannot change.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .language_names import TABLE
 from .schema import PackageError
 
 AFTER_START, START = "after_start", "start"
@@ -26,10 +28,58 @@ TASK_KEYS = ("source_prefix", "source_suffix", "languages", "source_lang", "targ
 TARGET_POSITIONS = (AFTER_START, START)
 MAX_FRAME_IDS = 16  # ids in source_prefix / source_suffix
 MAX_CODE_CHARS = 64  # characters in a language code
-# an unknown code's error: difflib's close matches (how many, cutoff), then the codes that
-# share its first characters (how many characters), else the model's first codes; a missing
-# target language's error names a few codes
-CLOSE_N, CLOSE_CUTOFF, SAME_START, FALLBACK_CODES, SAMPLE_CODES = 5, 0.5, 3, 8, 4
+# an unknown code's error: the model's codes of the same language (any code or English name
+# of it, core/language_names.py), else of a name difflib finds close (cutoff NAME_CUTOFF), else
+# difflib's close codes (how many, cutoff) and the codes that share its first characters (how
+# many characters), else the model's first codes; a missing target language's error names a
+# few codes
+CLOSE_N, CLOSE_CUTOFF, SAME_START, FALLBACK_CODES, SAMPLE_CODES = 5, 0.6, 3, 8, 4
+NAME_CUTOFF = 0.8
+
+
+def _language(code: str) -> str:
+    """The language part of a code, lowercased: deu_Latn -> deu, de_DE -> de, zh-CN -> zh."""
+    return re.split(r"[_-]", code.lower(), maxsplit=1)[0]
+
+
+def _rows() -> list[tuple[set[str], list[str]]]:
+    """language_names.TABLE as (the language's codes, its English names lowercased)."""
+    rows = []
+    for line in TABLE.splitlines():
+        a3, a2, b, names = line.split(" ", 3)
+        rows.append(({c for c in (a3, a2, b) if c != "-"}, names.lower().split(";")))
+    return rows
+
+
+ROWS = _rows()
+
+
+def same_language(lang: str) -> set[str]:
+    """The ISO codes of the language(s) `lang` names: a code of any of its spellings (deu,
+    de, ger, deu_Latn, de_DE) or an English name, or a word of one (greek: Modern Greek)."""
+    key, name = _language(lang), lang.strip().lower()
+    out: set[str] = set()
+    for codes, names in ROWS:
+        if key in codes or name in names or any(name in n.split() for n in names):
+            out |= codes
+    return out
+
+
+def close_codes(lang: str, codes: Sequence[str]) -> list[str]:
+    """The codes among `codes` close to the unknown `lang`: the same language's, else those of
+    a language whose name is close to it (a misspelt name), else difflib's close codes and the
+    codes with its first characters; [] when none is."""
+    same = same_language(lang)
+    if not same:  # a misspelt name: germna -> german
+        names = {n: c for c, ns in ROWS for n in ns}
+        for n in difflib.get_close_matches(lang.strip().lower(), list(names), 1, NAME_CUTOFF):
+            same = names[n]
+    near = [c for c in codes if _language(c) in same]
+    if not near:
+        near = difflib.get_close_matches(lang, list(codes), CLOSE_N, CLOSE_CUTOFF)
+        start = lang.lower()[:SAME_START]
+        near += [c for c in codes if c.lower().startswith(start)][:CLOSE_N]
+    return list(dict.fromkeys(near))
 
 
 def _ids(where: str, key: str, value: object, vocab: int) -> list[int]:
@@ -105,14 +155,12 @@ class TranslationTask:
             return self.languages[lang]
         if not self.languages:
             raise ValueError(f"{what}={lang!r}: this model has no language codes")
-        near = difflib.get_close_matches(lang, list(self.languages), CLOSE_N, CLOSE_CUTOFF)
-        start = lang.lower()[:SAME_START]
-        near += [c for c in self.languages if c.lower().startswith(start)][:CLOSE_N]
-        first = list(self.languages)[:FALLBACK_CODES]
-        hint = ", ".join(dict.fromkeys(near)) or ", ".join(first) + ", ..."
+        near = close_codes(lang, list(self.languages))
+        first = ", ".join(list(self.languages)[:FALLBACK_CODES])
+        hint = f"close: {', '.join(near)}" if near else f"none is close; they begin {first}, ..."
         raise ValueError(
             f"{what}={lang!r} is not one of this model's {len(self.languages)} language codes "
-            f"(close: {hint})"
+            f"({hint})"
         )
 
     def frame(self, source_lang: str | None) -> tuple[list[int], list[int]]:

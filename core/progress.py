@@ -9,11 +9,15 @@
 On a terminal (stderr) it is a tqdm bar when tqdm is installed (the `train` extra), else one
 line rewritten in place; elsewhere (a log file, CI) a line such as
 `epoch 3/40: 210/466 batches (45%), 1 min 2 s, loss 4.102` at most every EVERY_S seconds, so
-that a long step is never silent for minutes. quiet=True shows nothing.
+that a long step is never silent for minutes. quiet=True shows nothing. `finish()` closes the
+bar and, on a terminal, prints one summary line (count, time, rate:
+`translate: 4,000 sentences in 23 s, 174 sentences/s`); a pipe or a log gets no summary from it
+(the command's own output stays what a script reads).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -50,14 +54,15 @@ class Progress:
         self.quiet = quiet
         self.count, self.text = 0, ""
         self.started = self.last = time.perf_counter()
-        self.terminal = not quiet and _isatty(self.stream)
+        self.terminal = not quiet and is_terminal(self.stream)
         self.bar: Any = None
         if self.terminal:
             try:
                 from tqdm import tqdm
 
-                self.bar = tqdm(total=total, desc=label, unit=unit or "it", leave=False,
-                                dynamic_ncols=True, file=self.stream)  # fmt: skip
+                # " sentences": tqdm writes the unit right after the count ("513 sentences")
+                self.bar = tqdm(total=total, desc=label, unit=f" {unit}" if unit else "it",
+                                leave=False, dynamic_ncols=True, file=self.stream)  # fmt: skip
             except ImportError:
                 self.bar = None
 
@@ -102,6 +107,19 @@ class Progress:
             self.last = now
             print(self.line(), file=self.stream, flush=True)
 
+    def summary(self) -> str:
+        """`LABEL: 4,000 sentences in 23 s, 174 sentences/s`."""
+        seconds = time.perf_counter() - self.started
+        unit = self.unit or "items"
+        rate = f", {self.count / seconds:,.1f} {unit}/s" if seconds > 0 else ""
+        return f"{self.label}: {self.count:,} {unit} in {duration(seconds)}{rate}"
+
+    def finish(self) -> None:
+        """close(), then the summary line when the stream is a terminal."""
+        self.close()
+        if self.terminal:
+            print(self.summary(), file=self.stream, flush=True)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -110,7 +128,17 @@ class Progress:
             self.stream.flush()
 
 
-def _isatty(stream: TextIO) -> bool:
+def count_lines(path: str | os.PathLike) -> int:
+    """The lines of a file (a last line without a newline counted): a bar's total."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            n, last = n + chunk.count(b"\n"), chunk[-1:]
+    return n + (last != b"\n")
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether `stream` is a terminal (a closed or replaced stream is not)."""
     try:
         return stream.isatty()
     except (AttributeError, ValueError):

@@ -412,7 +412,8 @@ class Builder:
         loads the graph (constant folding, any optimization level but none: V x C bytes of
         memory, none in the package); gathering the rows as columns of the (C, V) table
         instead copies one byte per element, 13 % of the encoder's kernel time at batch 32
-        (README design notes)."""
+        (docs/design-notes.md, 2026-11-24: int8 embedding rows through a folded
+        Transpose)."""
         from onnx import TensorProto as TP
 
         q, scales, _ = self._int8_columns(g, "embed", self.table)
@@ -497,7 +498,8 @@ class Builder:
 
         Written as Add, Add(bias), LayerNormalization rather than com.microsoft's fused
         SkipLayerNormalization: onnxruntime 1.32's CPU kernel for the fused op is 3-5x slower
-        from 8 rows up (64 x 256: 105 vs 30 us) and no faster at 1 row (README design notes);
+        from 8 rows up (64 x 256: 105 vs 30 us) and no faster at 1 row (docs/design-notes.md,
+        2026-11-23: residual + LayerNorm unfused);
         the bias Add after the residual Add keeps onnxruntime's SkipLayerNormFusion from
         rebuilding it."""
         s = g.op("Add", [y, x])

@@ -210,7 +210,10 @@ def measure_variants(
                 },
             )
             _log(
-                verbose, f"{c.variant}: agreement {c.agreement:.3f}, {c.ms_per_token:.3f} ms/token"
+                verbose,
+                f"{c.variant}: agreement {c.agreement:.3f}, max |logit diff| {c.max_diff:.2e} "
+                f"(golden.json: PyTorch's greedy run, its top-16 logits), {c.ms_per_token:.3f} "
+                "ms/token: what edgeformer info shows",
             )
     return dataclasses.replace(config, variants={**config.variants, **measured})
 

@@ -17,15 +17,22 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.data import TrainingData, load_multi30k, load_shakespeare
+from ..core.data import (
+    CONVERTED_WINDOW_TOKENS,
+    CONVERTED_WINDOWS,
+    HELD_OUT_WINDOWS,
+    TrainingData,
+    held_out_description,
+    load_multi30k,
+    load_shakespeare,
+)
 from ..core.format import TOKENIZER_FILE
 from ..core.metrics import bleu_scores, windows
 from ..core.progress import Progress
 
-HELD_OUT_WINDOWS = 256
-# a converted LM (no bundled training data): perplexity on the first windows of Tiny
-# Shakespeare's validation split (public domain, bundled), in its own tokens
-CONVERTED_WINDOWS, CONVERTED_WINDOW_TOKENS = 8, 256
+# HELD_OUT_WINDOWS; a converted LM (no bundled training data): perplexity on the first
+# CONVERTED_WINDOWS windows of Tiny Shakespeare's validation split (public domain, bundled), in
+# its own tokens (core.data, whose held_out_description says what each figure is measured on)
 
 
 def translation_bleu(
@@ -116,8 +123,8 @@ def held_out_quality(
         out = {}
         for v in variants:
             out[v] = {"perplexity": windows_perplexity(package, v, held, verbose=verbose)["ppl"]}
-            say(f"{v}: held-out perplexity {out[v]['perplexity']:.3f} ({len(held)} windows of "
-                f"{CONVERTED_WINDOW_TOKENS} tokens of Tiny Shakespeare's val split)")  # fmt: skip
+            what = held_out_description("perplexity", converted=True)
+            say(f"{v}: held-out perplexity {out[v]['perplexity']:.3f} ({what})")
         return out
     if not data.held_out:
         return {}
@@ -128,14 +135,14 @@ def held_out_quality(
         src, refs = load_multi30k("val", data.src_lang, data.tgt_lang)
         for v in variants:
             out[v] = {"bleu": translation_bleu(package, v, src, refs, verbose=verbose)[0]["bleu"]}
-            say(f"{v}: held-out BLEU {out[v]['bleu']:.2f} (greedy, {len(src):,} Multi30k val "
-                f"sentences {data.src_lang}-{data.tgt_lang}, cased sacreBLEU)")  # fmt: skip
+            what = held_out_description("bleu", pair=f"{data.src_lang}-{data.tgt_lang}")
+            say(f"{v}: held-out BLEU {out[v]['bleu']:.2f} ({what}: {len(src):,} sentences)")
         return out
     held = text_windows(package, load_shakespeare()[1], HELD_OUT_WINDOWS)
     for v in variants:
         out[v] = {"perplexity": windows_perplexity(package, v, held, verbose=verbose)["ppl"]}
-        say(f"{v}: held-out perplexity {out[v]['perplexity']:.3f} (first {len(held)} windows of "
-            "Tiny Shakespeare's val split)")  # fmt: skip
+        say(f"{v}: held-out perplexity {out[v]['perplexity']:.3f} "
+            f"({held_out_description('perplexity')})")  # fmt: skip
     return out
 
 

@@ -23,7 +23,7 @@ class VariantSpec:
     embed_bits: int | None = None  # token embedding (GatherBlockQuantized)
     head_bits: int | None = None  # output projection (shares the table when tied)
     block_size: int = 32
-    accuracy_level: int = 4  # 0 was slower than fp32 on AVX2 CPUs (README design notes)
+    accuracy_level: int = 4  # 0 was slower than fp32 on AVX2 (docs/export.md)
     io_dtype: str = "float32"
     # "nbits": MatMulNBits (weights in blocks of block_size, activations too when
     # accuracy_level is 4); "dynamic": DynamicQuantizeMatMul (8-bit only: int8 weights per
@@ -126,7 +126,8 @@ def variant_spec(
 ) -> VariantSpec:
     """The recipe of variant `name` for a model of `family`. A translator's int4 keeps its
     embedding and output projection at 8 bits: 4 bits there lost 0.55 BLEU on a trained
-    translator's test set (README, Quantization), 8 bits nothing, at the same batch-1 speed;
+    translator's test set (docs/design-notes.md, 2026-11-23), 8 bits nothing, at the same
+    batch-1 speed;
     an LM keeps 4 bits everywhere (within its bound, and its head is a larger share of a step).
     calibration: what a GPTQ variant's linear layers were fitted to ("GPTQ on 512 training
     examples"), for its description; None: not calibrated (scales fitted to each block).

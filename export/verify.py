@@ -170,8 +170,8 @@ def check_parity(
     diffs = max_diffs(package_dir, checkpoint_dir, variants)
     for variant, d in diffs.items():
         if verbose:
-            print(f"verify {variant}: max |logit diff| vs PyTorch {d:.2e} (of the logits' "
-                  "scale)", file=sys.stderr)  # fmt: skip
+            print(f"parity {variant}: max |logit diff| vs PyTorch {d:.2e} of the logits' scale "
+                  "(every logit of a greedy run on 2 padded inputs)", file=sys.stderr)  # fmt: skip
     d = diffs["fp32"]
     if not d <= FP32_PARITY:
         raise ParityError(

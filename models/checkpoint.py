@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from ..core.config import ModelConfig
-from ..core.files import atomic_folder
+from ..core.files import atomic_folder, hub_id_hint
 from ..core.format import CHECKPOINT_FORMAT
 from .transformer import DecoderOnly, EncoderDecoder, build_model
 
@@ -81,7 +81,7 @@ def read_config(path: str | os.PathLike) -> dict:
     """The checkpoint's config.json, with a clear error for a missing or foreign folder."""
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint folder not found: {path}")
+        raise FileNotFoundError(f"checkpoint folder not found: {path}{hub_id_hint(path)}")
     for name in (WEIGHTS, CONFIG, TOKENIZER):
         if not (path / name).is_file():
             raise FileNotFoundError(f"checkpoint {path} is missing {name}")

@@ -31,6 +31,8 @@ import os
 import re
 from pathlib import Path
 
+from ..core.commandline import pip_extra
+
 SPECIALS = ("</s>", "<unk>", "<pad>")  # Marian's (vocab.json); <s> is not used
 FOREIGN_SCORE = -1e6  # vocab.json tokens the spm model lacks: below any real piece's score
 LANGUAGE_CODE = re.compile(r">>.+<<")  # MarianTokenizer's language_code_re
@@ -43,7 +45,7 @@ def read_spm(path: str | os.PathLike):
     except ImportError:
         raise ImportError(
             "converting a Marian model needs the `sentencepiece` package to read its .spm files: "
-            "pip install sentencepiece (or edgeformer[bench])"
+            "pip install sentencepiece (or " + pip_extra("bench") + ")"
         ) from None
     proto = getattr(pb, "ModelProto")()  # noqa: B009  (generated protobuf: mypy sees none)
     try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.files import atomic_text
-from ..core.progress import Progress
+from ..core.progress import Progress, count_lines
 from .aio import WorkerPool
 
 BATCH_TYPES = ("examples", "tokens")
@@ -240,7 +240,8 @@ def translate_file(
         raise FileNotFoundError(f"source file {src} does not exist")
     if out.resolve() == src.resolve():
         raise ValueError(f"output file {out} is the source file")
-    bar = Progress(f"translate {src.name}", unit="sentences", quiet=progress is False)
+    total = None if progress is False else count_lines(src)
+    bar = Progress(f"translate {src.name}", total, "sentences", quiet=progress is False)
     stats = Throughput()
     with atomic_text(out) as f:
         for text in translate_stream(pipeline, read_lines(src), batching, stats, "", 1):

@@ -2,8 +2,15 @@
 
 Each line read (typed at the terminal, or piped in) is the user's next message; the reply
 streams to stdout, and the conversation so far goes into the next prompt through the model's
-chat template. Ctrl-D (end of input) ends the chat. When the conversation outgrows the model's
-positions, its oldest turns are dropped (the system message stays), with a note on stderr.
+chat template. Ctrl-D (end of input) or /exit ends the chat. When the conversation outgrows the
+model's positions, its oldest turns are dropped (the system message stays), with a note on
+stderr. At a terminal a banner names the model and how to end. A line starting with `/` is a
+command, never sent to the model (`//` sends one `/`):
+
+    /help          the commands
+    /exit, /quit   end the chat
+    /reset         forget the conversation (the system message stays)
+    /system TEXT   a new system message, and a new conversation (/system alone: none)
 """
 
 from __future__ import annotations
@@ -49,6 +56,52 @@ def fit(model: Generator, messages: list[dict]) -> list[dict] | None:
     return None
 
 
+COMMANDS = {
+    "/help": "the commands",
+    "/exit": "end the chat (also /quit, Ctrl-D)",
+    "/reset": "forget the conversation (the system message stays)",
+    "/system TEXT": "a new system message, and a new conversation (/system alone: none)",
+}
+EXIT = ("/exit", "/quit")
+
+
+def say(text: str) -> None:
+    print(f"edgeformer chat: {text}", file=sys.stderr, flush=True)
+
+
+def banner(args: argparse.Namespace, model: Generator) -> str:
+    """What a chat at a terminal starts with: the model, and how to end."""
+    m = model.model.package.config.model
+    system = f", system message: {args.system!r}" if args.system is not None else ""
+    return (
+        f"{args.package} ({m.family}, {m.vocab_size:,} tokens, {m.max_len:,} positions), "
+        f"variant {model.variant}{system}. Type a message; /help for commands, /exit or "
+        "Ctrl-D to end."
+    )
+
+
+def command(text: str, messages: list[dict]) -> list[dict] | None:
+    """A /command's new conversation (None: end the chat); ValueError for an unknown one."""
+    name, _, rest = text.partition(" ")
+    if name in EXIT:
+        return None
+    system = messages[:1] if messages and messages[0]["role"] == "system" else []
+    if name == "/reset":
+        say("a new conversation" + (" (the system message stays)" if system else ""))
+        return system
+    if name == "/system":
+        say(f"system message: {rest.strip()!r}; a new conversation" if rest.strip()
+            else "no system message; a new conversation")  # fmt: skip
+        return [{"role": "system", "content": rest.strip()}] if rest.strip() else []
+    if name == "/help":
+        width = max(map(len, COMMANDS))
+        for usage, what in COMMANDS.items():
+            print(f"  {usage:<{width}}  {what}", file=sys.stderr)
+        print("  //TEXT" + " " * (width - 4) + "a message that starts with /", file=sys.stderr)
+        return messages
+    raise ValueError(f"unknown command {name!r} (/help lists them; // sends a leading /)")
+
+
 def run(args: argparse.Namespace) -> int:
     args.texts, args.input, args.command = [], None, "chat"
     options = decoding_options(args)
@@ -62,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     messages: list[dict] = [] if args.system is None else [
         {"role": "system", "content": args.system}]  # fmt: skip
     live = sys.stdin.isatty()
+    if live:
+        say(banner(args, model))
     lines, bad = stdin_lines(), 0
     while True:
         if live:
@@ -75,6 +130,17 @@ def run(args: argparse.Namespace) -> int:
                 bad += 1
                 print(f"edgeformer chat: {problem}", file=sys.stderr, flush=True)
             continue
+        if text.startswith("/") and not text.startswith("//"):
+            try:
+                after = command(text.strip(), messages)
+            except ValueError as e:
+                say(str(e))
+                continue
+            if after is None:
+                break
+            messages = after
+            continue
+        text = text.removeprefix("/")  # "//x" sends "/x"
         turn = [*messages, {"role": "user", "content": text}]
         fitted = fit(model, turn)
         if fitted is None:

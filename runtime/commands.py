@@ -30,15 +30,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from ..core.data import held_out_description
 from ..core.decoding import GenerationOptions
 from ..core.files import atomic_text
 from ..core.flags import add_flags, did_you_mean, given
 from ..core.format import VARIANTS
+from ..core.progress import Progress, count_lines, is_terminal
 from ..core.schema import HELD_OUT_KEYS
 from ..core.variants import MAX_QUALITY_LOSS, pick_variant
 from .api import Generator, Translator
 from .batching import BATCH_TYPES, READ_AHEAD, Throughput
-from .package import BUNDLED, DEFAULT_PACKAGE
+from .package import BUNDLED, DEFAULT_PACKAGE, Package, bundled_name
 from .text import text_problem
 
 log = logging.getLogger("edgeformer")
@@ -74,10 +76,11 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
         metavar="FILE",
         help="read the texts from FILE, one per line (default: the TEXT arguments, else stdin)",
     )
-    if command == "translate":
+    if command in ("translate", "generate"):
+        what = "translations" if command == "translate" else "outputs"
         io.add_argument(
             "--output", metavar="FILE",
-            help="write the translations to FILE, whole or not at all (default: stdout)",
+            help=f"write the {what} to FILE, whole or not at all (default: stdout)",
         )  # fmt: skip
     add_runtime_arguments(p.add_argument_group("runtime"), command)
     if command == "score":
@@ -128,12 +131,12 @@ def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
             metavar="N", help="requests decoding at once (rows of a language model's "
             "continuous batch); more wait for a row (default: 16)",
         )  # fmt: skip
-    else:
+    else:  # --batch-type is translate's only
+        tokens = "; with --batch-type tokens, padded source tokens per batch"
         g.add_argument(
             "--batch-size", "--max-batch-size", dest="batch_size", type=int, default=32,
             metavar="N",
-            help="inputs per batch; with --batch-type tokens, padded source tokens per batch "
-            "(default: 32)",
+            help=f"inputs per batch{tokens if command == 'translate' else ''} (default: 32)",
         )  # fmt: skip
     if command == "score":
         return
@@ -320,6 +323,22 @@ def output(args: argparse.Namespace) -> Iterator[IO[str]]:
         yield f
 
 
+def input_progress(args: argparse.Namespace, unit: str) -> Progress:
+    """The inputs' progress bar (core.progress) when stderr is a terminal and the outputs do not
+    go to it (--output FILE, or stdout redirected), its total the --input file's lines or the
+    TEXTs; nothing for lines typed at a terminal or when stderr is a pipe. Its finish() prints
+    the summary line (count, time, rate)."""
+    to_file = getattr(args, "output", None) is not None or not is_terminal(sys.stdout)
+    shown = is_terminal(sys.stderr) and to_file and not interactive(args)
+    total = None
+    if shown:
+        total = len(args.texts) if args.texts else None
+        if args.input is not None and os.path.isfile(args.input):
+            total = count_lines(args.input)
+    source = "" if args.texts else f" {os.path.basename(args.input or '-')}"
+    return Progress(f"{args.command}{source}", total, unit, quiet=not shown)
+
+
 # ---- commands -------------------------------------------------------------------------------
 
 
@@ -401,6 +420,7 @@ def run_translate(args: argparse.Namespace, model: Translator, options: dict) ->
     options = options | langs
     bad = BadLines("translate", model, args.truncate, effective.max_input_length)
     live = interactive(args)
+    bar = input_progress(args, "sentences")
     with output(args) as out:
         if effective.num_hypotheses == 1 and args.target_prefix is None:
             lines = (t or "" if bad.usable(n, t, p) else "" for n, t, p in input_lines(args))
@@ -411,6 +431,8 @@ def run_translate(args: argparse.Namespace, model: Translator, options: dict) ->
             )  # fmt: skip
             for text in translations:
                 print(text, file=out, flush=live)
+                bar.advance()
+            bar.finish()
             log.info(stats.summary())
             return 1 if bad.count else 0
         for batch in _batches(input_lines(args), args.batch_size):
@@ -427,26 +449,32 @@ def run_translate(args: argparse.Namespace, model: Translator, options: dict) ->
                 for text, score in hyps or [("", math.nan)]:
                     print(f"{n - 1}\t{score:.4f}\t{text}", file=out)
             out.flush()
+            bar.advance(len(batch))
+    bar.finish()
     return 1 if bad.count else 0
 
 
 def run_generate(args: argparse.Namespace, model: Generator, options: dict) -> int:
     effective = model.model.options(**options)
     bad = BadLines("generate", model, args.truncate, effective.max_input_length)
-    for n, prompt, problem in input_lines(args):
-        if not bad.usable(n, prompt, problem):
-            print(flush=True)
-            continue
-        prompt = prompt or ""
-        if effective.num_hypotheses > 1:
-            (result,) = model.generate_results([prompt], args.truncate, **options)
-            for h in result.hypotheses:
-                print(f"{prompt}{h.text}", flush=True)
-            continue
-        print(prompt, end="", flush=True)
-        for piece in model.stream(prompt, args.truncate, **options):
-            print(piece, end="", flush=True)
-        print(flush=True)
+    bar = input_progress(args, "prompts")
+    with output(args) as out:
+        for n, prompt, problem in input_lines(args):
+            bar.advance()
+            if not bad.usable(n, prompt, problem):
+                print(file=out, flush=True)
+                continue
+            prompt = prompt or ""
+            if effective.num_hypotheses > 1:
+                (result,) = model.generate_results([prompt], args.truncate, **options)
+                for h in result.hypotheses:
+                    print(f"{prompt}{h.text}", file=out, flush=True)
+                continue
+            print(prompt, end="", file=out, flush=True)
+            for piece in model.stream(prompt, args.truncate, **options):
+                print(piece, end="", file=out, flush=True)
+            print(file=out, flush=True)
+    bar.finish()
     return 1 if bad.count else 0
 
 
@@ -460,6 +488,7 @@ def run_score(args: argparse.Namespace) -> int:
     total, count, seen = 0.0, 0, 0
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} must be >= 1")
+    bar = input_progress(args, "texts")
     for batch in _batches(_checked(input_lines(args)), args.batch_size):
         if isinstance(model, Translator):
             pairs = [line.split("\t") for line in batch]
@@ -474,6 +503,8 @@ def run_score(args: argparse.Namespace) -> int:
             print(f"{r.normalized:.4f}\t{r.total:.4f}\t{len(r.log_probs)}")
             total, count = total + r.total, count + len(r.log_probs)
         sys.stdout.flush()
+        bar.advance(len(batch))
+    bar.finish()
     if count:
         print(f"{count} tokens, mean log-prob {total / count:.4f}, perplexity "
               f"{math.exp(-total / count):.3f}", file=sys.stderr)  # fmt: skip
@@ -485,6 +516,29 @@ def run_score(args: argparse.Namespace) -> int:
 
 def _names(names: list[str], n: int) -> str:
     return ", ".join(names[:n]) + (f" (+{len(names) - n} more)" if len(names) > n else "")
+
+
+HELD_OUT_NAMES = {"bleu": "BLEU", "perplexity": "perplexity"}
+
+
+def measured_legend(pkg: Package) -> list[str]:
+    """What info's 'at export' figures were measured on: each names its inputs, its reference
+    and (held-out quality) its data, split and decoding."""
+    c, golden = pkg.config, pkg.golden()
+    calls, k = len(golden.tokens), len(golden.top_ids[0][0]) if golden.top_ids else 0
+    lines = [
+        "  measured on: agreement = the share of PyTorch's greedy choices the variant makes "
+        f"again, over golden.json's {calls} decoder calls x {len(golden.inputs)} inputs; max "
+        f"|logit diff| = the largest absolute difference on PyTorch's top-{k} logits of those "
+        "calls (export's 'parity' lines measure another run, as a share of the logits' scale); "
+        "ms/token = greedy, batch 1, on the exporting machine"
+    ]
+    keys = [k for k in HELD_OUT_KEYS if any(k in v.measured for v in c.variants.values())]
+    pair = "-".join(str(c.task[k]) for k in ("src_lang", "tgt_lang") if k in c.task)
+    for key in keys:
+        what = held_out_description(key, converted=bool(c.source), pair=pair)
+        lines.append(f"  held-out {HELD_OUT_NAMES[key]} = {what}")
+    return lines
 
 
 def package_info(path: str) -> str:
@@ -506,8 +560,10 @@ def package_info(path: str) -> str:
     task = ", ".join(f"{k} {v}" for k, v in c.task.items() if k not in listed) or "-"
     codes = list(c.task.get("languages") or {})
     source = " ".join(c.source.get(k, "") for k in ("format", "architecture")).strip()
+    bundled = bundled_name(pkg.path)
     lines = [
         f"package      {pkg.path} (format {c.format_version}, checksums verified)",
+        *([f"bundled      {bundled}: {BUNDLED[bundled]}"] if bundled else []),
         f"family       {c.family}; task: {task}",
         *([f"source       {source}"] if source else []),
         *([f"languages    {len(codes)}: {' '.join(codes)}"] if codes else []),
@@ -524,11 +580,14 @@ def package_info(path: str) -> str:
         lines.append(f"  {name:<{w}} {size:8.2f} MB  {v.description}")
         if v.measured:
             x = v.measured
-            held = "".join(f", held-out {k} {x[k]:.2f}" for k in HELD_OUT_KEYS if k in x)
+            held = "".join(f", held-out {HELD_OUT_NAMES[k]} {x[k]:.2f}" for k in HELD_OUT_KEYS
+                           if k in x)  # fmt: skip
             lines.append(
-                f"         at export: agreement with PyTorch {x['agreement']:.3f}, max logit "
-                f"diff {x['max_logit_diff']:.2e}, {x['ms_per_token']:.3f} ms/token{held}"
+                f"         at export: agreement with PyTorch {x['agreement']:.3f}, max |logit "
+                f"diff| {x['max_logit_diff']:.2e}, {x['ms_per_token']:.3f} ms/token{held}"
             )
+    if any(v.measured for v in c.variants.values()):
+        lines += measured_legend(pkg)
     _, why = pick_variant(c)
     lines.append(f"  auto -> {why}")
     settings, ignored = pkg.generation_settings()

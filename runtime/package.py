@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.files import recover, sha256
+from ..core.files import hub_id_hint, recover, sha256
 from ..core.format import (
     CHECKPOINT_FORMAT,
     CONFIG_FILE,
@@ -33,8 +33,11 @@ __all__ = ["BUNDLED", "Package", "PackageError", "bundled_package", "load_packag
 # exists. Made by `make models` from the committed recipes (docs/pretrained.md).
 PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 BUNDLED = {
-    "m30k-en-de": "English -> German, Multi30k (image captions), multi30k-en-de-cpu recipe",
-    "shakespeare": "character-level Tiny Shakespeare LM, shakespeare-char-cpu recipe",
+    "m30k-en-de": "English -> German, trained on Multi30k's image captions only (the "
+    "multi30k-en-de-cpu recipe): short descriptions of photos translate; other text comes out "
+    "as German about pictures, not a translation (docs/pretrained.md)",
+    "shakespeare": "a character-level LM trained on Tiny Shakespeare (the shakespeare-char-cpu "
+    "recipe): it continues a text in the plays' style, nothing more (docs/pretrained.md)",
 }
 DEFAULT_PACKAGE = {"translate": "m30k-en-de", "generate": "shakespeare"}
 
@@ -45,6 +48,12 @@ def bundled_package(name: str) -> Path | None:
         return None
     path = PRETRAINED_DIR / name
     return path if (path / CONFIG_FILE).is_file() else None
+
+
+def bundled_name(path: str | os.PathLike) -> str | None:
+    """The bundled package name whose folder `path` is (None: not a bundled package)."""
+    resolved = Path(path).resolve()
+    return next((n for n in BUNDLED if (PRETRAINED_DIR / n).resolve() == resolved), None)
 
 
 def resolve_package(path: str | os.PathLike) -> Path:
@@ -174,7 +183,7 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     if not path.exists():
         recover(path)  # an export killed while it swapped the new package in (core.files)
     if not path.is_dir():
-        raise PackageError(f"model package not found: {path} is not a folder")
+        raise PackageError(f"model package not found: {path} is not a folder{hub_id_hint(path)}")
     cfg_path = path / CONFIG_FILE
     what = not_a_package(path)
     if what is not None:

@@ -22,7 +22,8 @@ CPU = "CPUExecutionProvider"
 
 # Which sessions' idle intra-op threads spin by default: the decoder's, called step after step,
 # keeps its threads hot; the encoder's, called once per request, must not spin while the decoder
-# works (on 2 cores, two spinning pools made decoding up to 2.3x slower: README design notes).
+# works (on 2 cores, two spinning pools made decoding up to 2.3x slower: docs/design-notes.md,
+# 2026-11-23: session options).
 SPINNING = {"decoder": True, "encoder": False}
 NO_FUSION = "SkipLayerNormFusion"
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.commandline import pip_extra
 from ..core.constraints import LogitsProcessor, ProcessorFactory
 from ..core.options import GenerationOptions
 
@@ -39,7 +40,7 @@ def _engine() -> Any:
     except ImportError:
         raise ValueError(
             "structured output (response_format, json_schema, regex, grammar) needs llguidance: "
-            "pip install 'edgeformer[structured]'"
+            + pip_extra("structured")
         ) from None
     return llguidance
 

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import io
 import os
+import re
 import sys
 
 import pytest
@@ -38,6 +39,17 @@ def test_every_flag_says_its_default_and_meaning(command):
         assert "(default: " in text and len(text.split("(default: ")[0]) > 10, (
             command, action.option_strings, text,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_names_only_the_commands_own_flags(command):
+    """A flag's help names other flags of the same command only (generate's --batch-size once
+    described --batch-type, which only translate has)."""
+    parser = parser_of(command)
+    flags = {f for a in parser._actions for f in a.option_strings}
+    for action in parser._actions:
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", action.help or ""))
+        assert named <= flags, (command, action.option_strings, named - flags)
 
 
 def test_top_level_help_says_what_it_is(capsys):
@@ -117,6 +129,39 @@ def test_input_and_output_files(ed_package, tmp_path, capsys):
     assert "not both" in capsys.readouterr().err
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("command, unit", [("translate", "sentences"), ("generate", "prompts"),
+                                           ("score", "texts")])  # fmt: skip
+def test_long_work_shows_a_bar_and_a_summary_on_a_terminal_none_on_a_pipe(
+    command, unit, ed_package, lm_package, tmp_path, capsys, monkeypatch
+):
+    """translate / generate / score over a file: on a terminal a bar and one summary line
+    (count, time, rate); with stderr a pipe, nothing but the command's own lines."""
+    src, out = tmp_path / "big.en", tmp_path / "big.out"
+    lines = [t or "x" for t in TEXTS] * 5
+    if command == "score":
+        lines = [f"{t}\t{t}" for t in lines]
+    src.write_text("\n".join(lines) + "\n")
+    package = lm_package if command == "generate" else ed_package
+    args = [command, str(package), "--input", str(src)]
+    args += ["--output", str(out), "--max-new-tokens", "4"] if command != "score" else []
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(args) == 0
+    last = terminal.getvalue().splitlines()[-1 if command != "score" else -2]
+    assert re.fullmatch(rf"{command} big.en: 20 {unit} in \d+ s, [\d,.]+ {unit}/s", last), last
+    if command != "score":
+        assert len(out.read_text().splitlines()) >= 20
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    assert main(args) == 0
+    assert f"{unit} in" not in pipe.getvalue() and "\r" not in pipe.getvalue()
+
+
 def test_a_failed_output_leaves_nothing(ed_package, tmp_path, capsys):
     """A line the model cannot take is reported and the rest still written (exit 1); an error
     that stops the run leaves no half-written --output."""
@@ -168,7 +213,8 @@ def test_commands_without_their_extra_say_what_to_install(command, capsys, monke
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "needs " in err and "torch" in err.split("lacks")[0], err
-    assert "pip install torch==2.13.0" in err and "edgeformer[" in err
+    assert "pip install torch==2.13.0" in err and "pip install '.[" in err, err
+    assert "edgeformer[" not in err  # not on PyPI: the extra installs from a clone
 
 
 def test_a_full_disk_under_stdout_says_what_was_written(ed_package, tmp_path, capsys, monkeypatch):

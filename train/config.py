@@ -253,7 +253,7 @@ GPU_TRANSLATION = TrainConfig(
 )
 
 # CPU recipe: 25 minutes on 2 cores (a 2.2M-parameter model at ~6.2k tokens/s); test BLEU 31 /
-# 33.6 (greedy / beam 5), val BLEU 32 (README, measured 2026-11-22)
+# 33.6 (greedy / beam 5), val BLEU 32 (docs/lab/training.md, 2026-11-22)
 CPU_TRANSLATION = TrainConfig(
     model=default_model(
         vocab_size=6000,
@@ -276,7 +276,7 @@ CPU_TRANSLATION = TrainConfig(
 
 # longer CPU recipe: 80 minutes on 2 cores; Transformer-Tiny-like 4+4 x 128, FFN 256, with
 # fairseq's dropout sites (0.3 on embeddings and residuals, none on attention weights or the
-# FFN's inside); test beam 5 38.0 lowercased, val 37.3 (README, measured 2026-11-24)
+# FFN's inside); test beam 5 38.0 lowercased, val 37.3 (docs/lab/training.md, 2026-11-24)
 CPU_TRANSLATION_LONG = replace(
     CPU_TRANSLATION,
     model=replace(
@@ -322,7 +322,7 @@ CPU_STUDENT = replace(
 STUDENTS = ("multi30k-en-de-student",)  # presets that train on a teacher's translations
 
 PRESETS: dict[str, TrainConfig] = {
-    # demo: a small model on Multi30k en->de, ~5 minutes on 2 CPU cores (val BLEU: README)
+    # demo: a small model on Multi30k en->de, ~4 minutes on 2 idle CPU cores (val BLEU: README)
     "tiny": TrainConfig(
         model=default_model(
             vocab_size=2000,

@@ -12,12 +12,15 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ...core.config import ModelConfig
+from ...core.files import hub_id_hint
+from ...core.progress import duration
 from ..checkpoint import CHECKPOINT_FORMAT, GENERATION_CONFIG, TOKENIZER_CONFIG, save_checkpoint
 from ..transformer import build_model
 from . import files
@@ -47,6 +50,10 @@ def is_hf_model_dir(path: str | os.PathLike) -> bool:
 
 
 def read_hf_config(src: Path) -> dict:
+    if not src.exists():
+        raise FileNotFoundError(f"{src}: no such folder{hub_id_hint(src)}")
+    if not src.is_dir():
+        raise ValueError(f"{src} is a file, not a Hugging Face model folder")
     if not (src / HF_CONFIG).is_file():
         raise FileNotFoundError(f"{src} has no {HF_CONFIG}: not a Hugging Face model folder")
     files.check_links(src)  # every file read from here on stays inside the folder
@@ -122,6 +129,27 @@ def map_weights(arch: str, loader: Loader, weights: Weights, cfg: ModelConfig) -
     if extra:
         raise ValueError(f"{arch} weights: tensors edgeformer does not model: {extra[:5]}")
     return sd
+
+
+# A model's embedding may have more rows than its tokenizer has tokens (padded to a multiple of
+# 64 or 128, reserved rows: Qwen2.5 151,936 for 151,665 tokens, T5 32,128 for 32,100); a table
+# with more than twice the tokenizer's rows is a tokenizer of another model.
+MOST_PADDING = 2.0
+
+
+def check_tokenizer_fits(src: Path, tokens: int, rows: int) -> None:
+    """A tokenizer of `tokens` tokens fits a model of `rows` vocabulary rows: no more tokens
+    than rows, and not so few that the model would mostly generate ids it cannot decode."""
+    if tokens > rows:
+        raise ValueError(
+            f"{src}: the tokenizer has {tokens} tokens, more than the model's vocab_size {rows}"
+        )
+    if tokens * MOST_PADDING < rows:
+        raise ValueError(
+            f"{src}: the tokenizer has {tokens} tokens and the model's vocab_size is {rows}: "
+            "they are not of one model (the model would generate ids the tokenizer decodes to "
+            "nothing); save the model with vocab_size set to the tokenizer's size"
+        )
 
 
 def check_out(src: Path, out: Path, force: bool) -> None:
@@ -224,6 +252,7 @@ def convert_hf(
     checkpoint's record of where it came from (default: this folder's architecture); extra:
     writes more files into the checkpoint (the GGUF converter's raw blocks)."""
     src, out = Path(src), Path(out)
+    started = time.perf_counter()
     check_out(src, out, force)
     hf = read_hf_config(src)
     arch, loader = loader_for(hf)
@@ -232,13 +261,9 @@ def convert_hf(
     end_ids = loader.end_ids(f, cfg)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, source_tokenizer = loader.tokenizers(src, Path(tmp), arch)
-        for file, most in ((tokenizer, cfg.vocab_size), (source_tokenizer, cfg.source_vocab)):
-            size = 0 if file is None else files.check_tokenizer(file).get_vocab_size()
-            if size > most:
-                raise ValueError(
-                    f"{src}: the tokenizer has {size} tokens, more than the model's vocab_size "
-                    f"{most}"
-                )
+        for file, rows in ((tokenizer, cfg.vocab_size), (source_tokenizer, cfg.source_vocab)):
+            if file is not None:
+                check_tokenizer_fits(src, files.check_tokenizer(file).get_vocab_size(), rows)
         if (src / GENERATION_CONFIG).is_file():
             files.check_generation_config(src / GENERATION_CONFIG, cfg)
         sd = map_weights(arch, loader, load_weights(src), cfg)
@@ -262,5 +287,7 @@ def convert_hf(
             )  # fmt: skip
     if verbose:
         n = model.num_params() / 1e6
-        print(f"converted {arch} ({n:.1f} M parameters) -> {path}", file=sys.stderr, flush=True)
+        took = duration(time.perf_counter() - started)
+        print(f"converted {arch} ({n:.1f} M parameters) -> {path} in {took}", file=sys.stderr,
+              flush=True)  # fmt: skip
     return path

@@ -37,6 +37,7 @@ from typing import Any, cast
 
 import torch
 
+from ...core.commandline import pip_extra
 from ...core.config import ModelConfig
 from ...core.generation_config import generation_settings
 from ...core.patterns import tokenizer_pattern_problem
@@ -319,7 +320,7 @@ def fast_tokenizer(src: Path, out: Path) -> Path:
     except ImportError:
         raise FileNotFoundError(
             f"{src} has no tokenizer.json, only {', '.join(have)}: making one needs "
-            f"transformers (pip install 'edgeformer[bench]'), or {advice}"
+            f"transformers ({pip_extra('bench')}), or {advice}"
         ) from None
     check_links(src)
     try:

@@ -88,8 +88,12 @@ def register(cls: type[Loader]) -> type[Loader]:
 
 
 def loader_for(hf: dict) -> tuple[str, Loader]:
-    """(architecture, its loader) of a config.json; unsupported ones name the field."""
+    """(architecture, its loader) of a config.json; unsupported ones name the field. A
+    config.json without `architectures` is read by its `model_type`, as transformers' Auto
+    classes do."""
     archs = hf.get("architectures")
+    if archs is None and "model_type" in hf:
+        archs = [architecture_of(hf["model_type"])]
     if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in LOADERS:
         raise ValueError(
             f"unsupported Hugging Face model: architectures={archs!r} "
@@ -104,3 +108,17 @@ def loader_for(hf: dict) -> tuple[str, Loader]:
             f"(edgeformer supports {want})"
         )
     return arch, loader
+
+
+def architecture_of(model_type: object) -> str:
+    """The architecture a loader converts for `model_type` (T5's loader: "t5" ->
+    T5ForConditionalGeneration, "mt5" -> MT5ForConditionalGeneration)."""
+    for loader in dict.fromkeys(LOADERS.values()):
+        if model_type in loader.model_types:
+            i = loader.model_types.index(model_type)
+            return loader.architectures[min(i, len(loader.architectures) - 1)]
+    types = sorted({t for loader in LOADERS.values() for t in loader.model_types})
+    raise ValueError(
+        f"unsupported Hugging Face model: model_type={model_type!r} and no architectures "
+        f"(edgeformer converts the model_types {', '.join(types)})"
+    )

@@ -2,27 +2,46 @@
 // Decoding an edgeformer package from the command line, one JSON line per input:
 //
 //   node runtime/js/cli.mjs PACKAGE [options] [--ids 1,2,3 ...] [TEXT ...]
+//   echo "A man is riding a bike." | node runtime/js/cli.mjs m30k-en-de --format text
 //
-// Each TEXT is a source sentence (encoder-decoder) or a prompt (decoder-only); each --ids is
-// one input as token ids (a source ends in EOS, as the Python runtime's translate_ids expects).
-// Inputs are decoded as one batch. A multilingual translator takes --source-lang / --target-lang
+// PACKAGE is a package folder or a bundled package's name (m30k-en-de, shakespeare). Each TEXT
+// is a source sentence (encoder-decoder) or a prompt (decoder-only); without TEXTs or --ids,
+// the lines of stdin are the inputs. Each --ids is one input as token ids (a source ends in
+// EOS, as the Python runtime's translate_ids expects). Inputs are decoded as one batch. A multilingual translator takes --source-lang / --target-lang
 // (its tokenizer's codes: eng_Latn, deu_Latn; --languages lists them; with --ids, which are
-// sources in the model's frame already, --target-lang alone). Output line: {"input", "ids", "text", "ms_per_token", ...}
-// (with --n-best: "hypotheses"). The generation options are the Python CLI's, named by the
+// sources in the model's frame already, --target-lang alone). Output line (--format jsonl, the
+// default): {"input", "ids", "text", "ms_per_token", ...} (with --n-best: "hypotheses"); with
+// --format text, the text alone, one line per input (--n-best: "index<TAB>score<TAB>text" lines,
+// as the Python CLI). The generation options are the Python CLI's, named by the
 // contract (GenerationOptions' fields as --kebab-case flags; --beam and --sample as there).
 // Exit status: 0, or 2 with one line "error: ..." for a package or a request it refuses.
-import { CONTRACT, PackageError, loadPackage } from "./index.mjs";
+import { CONTRACT, PackageError, UNSUPPORTED_OPTIONS, loadPackage } from "./index.mjs";
 
 const OPTIONS = CONTRACT.generation_options;
 const kebab = (s) => `--${s.replace(/_/g, "-")}`;
 const FLAGS = { "--beam": "num_beams", "--sample": "sampling" };
 for (const name of Object.keys(OPTIONS)) FLAGS[kebab(name)] = name;
+// the options this runtime refuses still parse (and are refused by name), but are not offered
+const OFFERED = Object.keys(FLAGS).filter((f) => !UNSUPPORTED_OPTIONS.includes(FLAGS[f]));
+const FORMATS = ["jsonl", "text"];
 
 const HELP = `usage: node cli.mjs PACKAGE [--backend node|wasm|webgpu] [--variant auto|fp32|int8|int4|...]
                     [--cache auto|inplace|refeed] [--threads N] [--spinning] [--scores] [--n-best]
                     [--stream] [--chat] [--target-prefix TEXT] [--source-lang CODE] [--target-lang CODE]
-                    [--truncate] [--languages] [--ids 1,2,3 ...] [TEXT ...]
-generation options: ${Object.keys(FLAGS).join(" ")}`;
+                    [--truncate] [--languages] [--format jsonl|text] [--ids 1,2,3 ...] [TEXT ...]
+PACKAGE: a package folder, or a bundled package's name (m30k-en-de, shakespeare)
+TEXT: the inputs (default: the lines of stdin)
+generation options: ${OFFERED.join(" ")}`;
+
+/** The lines of stdin, each one input (a last empty line after the final newline dropped). */
+async function stdinLines() {
+  const chunks = [];
+  for await (const chunk of process.stdin) chunks.push(chunk);
+  const text = Buffer.concat(chunks).toString("utf8");
+  const lines = text.split(/\r?\n/);
+  if (lines.at(-1) === "") lines.pop();
+  return lines;
+}
 
 function parse(argv) {
   const opts = { ids: [], texts: [], gen: {} };
@@ -56,6 +75,10 @@ function parse(argv) {
     else if (a === "--target-lang") opts.targetLang = value(++i, a);
     else if (a === "--truncate") opts.truncate = true;
     else if (a === "--languages") opts.languages = true;
+    else if (a === "--format") {
+      opts.format = value(++i, a);
+      if (!FORMATS.includes(opts.format)) throw new RangeError(`--format ${opts.format}: expected ${FORMATS.join(" or ")}`);
+    }
     else if (a === "--ids")
       opts.ids.push(
         value(++i, a)
@@ -83,6 +106,11 @@ async function main() {
     return opts.help ? 0 : 2;
   }
   if (opts.ids.length && opts.texts.length) throw new RangeError("give --ids or texts, not both");
+  if (!opts.ids.length && !opts.texts.length && !opts.languages) {
+    if (process.stdin.isTTY) throw new RangeError("give the inputs as TEXT arguments, --ids, or lines on stdin");
+    opts.texts = await stdinLines();
+  }
+  const text = opts.format === "text";
   const { backend, variant, cache, threads, spinning } = opts;
   const model = await loadPackage(opts.package, { backend, variant, cache, threads, spinning });
   model.options(opts.gen); // options checked before anything runs
@@ -110,6 +138,7 @@ async function main() {
     if (targetLang !== null) low.targetPrefix = opts.ids.map(() => model.forcedIds(targetLang));
     const out = await model.decodeIds(opts.ids, low);
     out.ids.forEach((ids, i) => {
+      if (text) return console.log(ids.join(" ")); // ids in, ids out
       const line = { input: opts.ids[i], ids, ms_per_token: out.msPerToken, ...info };
       if (out.logProbs) line.log_probs = out.logProbs[i];
       if (opts.nbest) line.hypotheses = hyps(out.hypotheses[i]);
@@ -117,17 +146,20 @@ async function main() {
     });
   } else if (opts.chat) {
     const messages = opts.texts.map((content, i) => ({ role: i % 2 ? "assistant" : "user", content }));
-    console.log(JSON.stringify({ messages, text: await model.chat(messages, opts.gen), ...info }));
+    const reply = await model.chat(messages, opts.gen);
+    console.log(text ? reply : JSON.stringify({ messages, text: reply, ...info }));
   } else if (opts.stream) {
     for (const text of opts.texts) {
       for await (const piece of model.stream(text, settings)) process.stdout.write(piece);
       process.stdout.write("\n");
     }
   } else if (opts.texts.length) {
-    for (const line of await model.run(opts.texts, settings)) {
+    (await model.run(opts.texts, settings)).forEach((line, i) => {
       const { hypotheses, ...rest } = line;
-      console.log(JSON.stringify({ ...rest, ...(opts.nbest ? { hypotheses } : {}), ...info }));
-    }
+      if (!text) console.log(JSON.stringify({ ...rest, ...(opts.nbest ? { hypotheses } : {}), ...info }));
+      else if (!opts.nbest) console.log(line.text);
+      else for (const h of hypotheses) console.log(`${i}\t${h.score.toFixed(4)}\t${h.text}`);
+    });
   }
   if (model.ignored.length) {
     console.error(`note: generation_config.json's ${model.ignored.join(", ")} not applied`);

@@ -15,6 +15,10 @@ import { PCG64 } from "./random.mjs";
 const B_ = CONTRACT.bounds;
 const FIELDS = CONTRACT.generation_options;
 export const OPTION_NAMES = Object.keys(FIELDS);
+// structured output's engine, llguidance, has no wasm / JS build (docs/structured.md)
+const STRUCTURED = ["response_format", "json_schema", "regex", "grammar"];
+/** GenerationOptions fields this runtime refuses (makeOptions says so): its CLI does not list them. */
+export const UNSUPPORTED_OPTIONS = ["sliding_window", "return_alternatives", ...STRUCTURED];
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 const CAMEL = Object.fromEntries(OPTION_NAMES.map((n) => [camel(n), n]));
 
@@ -70,8 +74,7 @@ function validate(o) {
   }
   if (o.sliding_window) bad("sliding_window is not supported by the JavaScript runtime");
   if (o.return_alternatives) bad("return_alternatives is not supported by the JavaScript runtime");
-  for (const n of ["response_format", "json_schema", "regex", "grammar"]) {
-    // structured output's engine, llguidance, has no wasm / JS build (docs/structured.md)
+  for (const n of STRUCTURED) {
     if (o[n] !== null && o[n] !== undefined) bad(`${n} (structured output) is not supported by the JavaScript runtime`);
   }
   if (o.seed !== null && o.seed < 0) bad(`seed=${o.seed} must be >= 0 (or None)`);

@@ -140,6 +140,8 @@ export class Model {
 export function loadPackage(source: PackageSource, options?: LoadOptions): Promise<Model>;
 export function pickVariant(config: object, maxQualityLoss?: number | null): [string, string];
 export function makeOptions(defaults?: object, options?: GenerationOptions): Record<string, unknown>;
+/** GenerationOptions fields the JavaScript runtime refuses (sliding_window, return_alternatives, structured output). */
+export const UNSUPPORTED_OPTIONS: readonly string[];
 export function cutAtStop(text: string, stops: string[], start?: number): string;
 /** why a tokenizer.json's regexes could hang encoding, or null */
 export function regexProblem(tokenizer: unknown): string | null;

@@ -28,7 +28,7 @@ import { Translation, perText } from "./languages.mjs";
 import { regexProblem } from "./regex.mjs";
 
 export { PackageError, CONTRACT };
-export { makeOptions } from "./decoding.mjs";
+export { UNSUPPORTED_OPTIONS, makeOptions } from "./decoding.mjs";
 export { regexProblem } from "./regex.mjs";
 export const PACKAGE_FORMAT = CONTRACT.package_format;
 export const FORMAT_VERSION = CONTRACT.format_version;

@@ -94,6 +94,50 @@ export function closeMatches(word, possibilities, n, cutoff) {
   return scored.slice(0, n).map(([, x]) => x);
 }
 
+// ---- an unknown code's close matches (core/languages.py close_codes) ---------------------------
+
+/** The language part of a code, lowercased: deu_Latn -> deu, de_DE -> de, zh-CN -> zh. */
+const languageOf = (code) => code.toLowerCase().split(/[_-]/)[0];
+const words = (s) => s.split(/\s+/).filter((w) => w);
+
+/** The contract's language table as [the language's codes, its English names lowercased]. */
+const ROWS = T.language_table.split("\n").filter((line) => line).map((line) => {
+  const [a3, a2, b, ...rest] = line.split(" ");
+  const names = rest.join(" ").toLowerCase().split(";");
+  return [new Set([a3, a2, b].filter((c) => c !== "-")), names];
+});
+
+/** The ISO codes of the language(s) `lang` names (a code of any spelling, a name, a word of one). */
+export function sameLanguage(lang) {
+  const key = languageOf(lang);
+  const name = lang.trim().toLowerCase();
+  const out = new Set();
+  for (const [codes, names] of ROWS) {
+    if (codes.has(key) || names.includes(name) || names.some((n) => words(n).includes(name))) {
+      for (const c of codes) out.add(c);
+    }
+  }
+  return out;
+}
+
+/** The codes among `codes` close to the unknown `lang` ([] when none is). */
+export function closeCodes(lang, codes) {
+  const c = T.close_matches;
+  let same = sameLanguage(lang);
+  if (same.size === 0) {
+    const names = new Map();
+    for (const [set, ns] of ROWS) for (const n of ns) names.set(n, set);
+    for (const n of closeMatches(lang.trim().toLowerCase(), [...names.keys()], 1, c.name_cutoff)) same = names.get(n);
+  }
+  let near = codes.filter((x) => same.has(languageOf(x)));
+  if (near.length === 0) {
+    near = closeMatches(lang, codes, c.n, c.cutoff);
+    const start = chars(lang.toLowerCase()).slice(0, c.same_start).join("");
+    near.push(...codes.filter((x) => x.toLowerCase().startsWith(start)).slice(0, c.n));
+  }
+  return [...new Set(near)];
+}
+
 // ---- the task ---------------------------------------------------------------------------------
 
 function frameIds(where, key, value, vocab) {
@@ -144,13 +188,11 @@ export class Translation {
     if (typeof lang !== "string") throw new RangeError(`${what} must be a language code (a string), got ${pyRepr(lang)}`);
     if (Object.hasOwn(this.languages, lang)) return this.languages[lang];
     if (!this.multilingual) throw new RangeError(`${what}=${pyRepr(lang)}: this model has no language codes`);
-    const c = T.close_matches;
-    const near = closeMatches(lang, this.codes, c.n, c.cutoff);
-    const start = chars(lang.toLowerCase()).slice(0, c.same_start).join("");
-    near.push(...this.codes.filter((x) => x.toLowerCase().startsWith(start)).slice(0, c.n));
-    const hint = [...new Set(near)].join(", ") || `${this.codes.slice(0, c.fallback).join(", ")}, ...`;
+    const near = closeCodes(lang, this.codes);
+    const first = this.codes.slice(0, T.close_matches.fallback).join(", ");
+    const hint = near.length ? `close: ${near.join(", ")}` : `none is close; they begin ${first}, ...`;
     throw new RangeError(
-      `${what}=${pyRepr(lang)} is not one of this model's ${this.codes.length} language codes (close: ${hint})`,
+      `${what}=${pyRepr(lang)} is not one of this model's ${this.codes.length} language codes (${hint})`,
     );
   }
 

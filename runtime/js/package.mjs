@@ -46,8 +46,15 @@ export async function fileSource(source) {
   }
   const fs = await import("node:fs/promises");
   const path = await import("node:path");
-  const dir = path.resolve(url.startsWith("file:") ? new URL(url).pathname : url);
-  const stat = await fs.stat(dir).catch(() => null);
+  let dir = path.resolve(url.startsWith("file:") ? new URL(url).pathname : url);
+  let stat = await fs.stat(dir).catch(() => null);
+  if (!stat && plainName(url)) {
+    // a bundled package's name (m30k-en-de, shakespeare: runtime/pretrained/NAME, as
+    // runtime/package.py's resolve_package) where no folder of that name exists here
+    const bundled = path.resolve(new URL(`../pretrained/${url}`, import.meta.url).pathname);
+    const found = await fs.stat(path.join(bundled, FILES.config)).catch(() => null);
+    if (found?.isFile()) [dir, stat] = [bundled, await fs.stat(bundled)];
+  }
   if (!stat?.isDirectory()) throw new PackageError(`model package not found: ${dir} is not a folder`);
   const realDir = await fs.realpath(dir);
   const locate = async (file) => {

@@ -500,7 +500,7 @@ def test_cli(ed_checkpoint, tmp_path, capsys):
     assert main(["export", str(ed_checkpoint), str(out), "--quantize", "int8"]) == 0
     assert load_package(out).variants == ["fp32", "int8"]
     captured = capsys.readouterr()
-    assert captured.out.strip() == str(out) and "verify fp32" in captured.err
+    assert captured.out.strip() == str(out) and "parity fp32" in captured.err
     assert main(["export", str(ed_checkpoint), str(out)]) == 2  # exists, no --force
     assert "--force" in capsys.readouterr().err
     assert main(["export", str(ed_checkpoint), str(out), "--force", "-q", "--no-verify"]) == 0

@@ -61,7 +61,7 @@ def test_a_decoder_only_ort_package_through_the_cli(lm_checkpoint, lm_package, t
     out = tmp_path / "lm"
     args = ["export", str(lm_checkpoint), str(out), "--format", "ort", "--quantize", "int4", "-q"]
     assert main(args) == 0
-    assert "verify int4" not in capsys.readouterr().err  # -q
+    assert "parity int4" not in capsys.readouterr().err  # -q
     assert not (out / "genai_config.json").exists()
     assert {p.suffix for p in out.iterdir()} == {".json", ".ort", ".config"}
     opts = GenerationOptions(max_new_tokens=6)

@@ -301,6 +301,46 @@ def test_pickles_missing_files_and_targets_are_refused(tmp_path):
     assert (bad / "config.json").is_file()  # untouched
 
 
+def test_a_tokenizer_of_another_model_is_refused_naming_both_sizes(tmp_path):
+    """docs/huggingface.md's GPT-2 once had vocab 50,257 and a 272-token tokenizer: generate
+    printed the prompt only (ids the tokenizer decodes to ''). Convert refuses it; a table
+    padded past the tokenizer (VOCAB 300 for its 272 tokens, as Qwen2.5 pads) converts."""
+    src = hf_folder(tmp_path, "gpt2", vocab_size=50257)
+    byte_level_tokenizer(src / "tokenizer.json")
+    with pytest.raises(
+        ValueError, match=r"tokenizer has 2\d\d tokens and the model's vocab_size is 50257"
+    ):
+        convert_hf(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    fits = tmp_path / "fits"
+    save_hf("gpt2", fits)
+    assert convert_hf(fits, tmp_path / "ckpt").is_dir()
+
+
+def test_a_missing_folder_an_hf_id_and_a_config_without_architectures(tmp_path, monkeypatch):
+    """A missing folder is said missing, a Hugging Face id says it is never downloaded and how
+    to fetch it; a config.json without `architectures` is read by its model_type."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nowhere: no such folder$"):
+        convert_hf(tmp_path / "nowhere", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match=r"never downloads.*huggingface-cli download "
+                       r"Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR"):  # fmt: skip
+        convert_hf("Qwen/Qwen2.5-0.5B-Instruct", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="checkpoint folder not found.*never downloads"):
+        export_package("Qwen/Qwen2.5-0.5B-Instruct", tmp_path / "pkg", verbose=False)
+    src = tmp_path / "src"
+    save_hf("llama", src)
+    config = json.loads((src / "config.json").read_text())
+    del config["architectures"]
+    (src / "config.json").write_text(json.dumps(config))
+    assert hf_model_config(src)[0] == "LlamaForCausalLM"
+    assert is_hf_model_dir(src) and convert_hf(src, tmp_path / "ckpt").is_dir()
+    config["model_type"] = "bert-generation"
+    (src / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="model_type='bert-generation' and no architectures"):
+        hf_model_config(src)
+
+
 def test_sharded_safetensors(tmp_path):
     """model.safetensors.index.json and its shards read as one file."""
     hf = save_hf("llama", tmp_path / "one")

@@ -223,6 +223,42 @@ def test_cli_chat_keeps_the_history(instruct, monkeypatch, capsys):
     assert replies == [first, gen.chat(messages, max_new_tokens=8)]
 
 
+def test_cli_chat_commands_are_not_sent_to_the_model(instruct, monkeypatch, capsys):
+    """At a terminal a banner names the model and how to end; /help, /reset, /system TEXT and
+    an unknown /command act (or say so) without reaching the model, // sends a leading /, and
+    /exit ends the chat (what follows is never read)."""
+    import io
+
+    from edgeformer.cli import main
+
+    class Typed(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    _, _, _, pkg = instruct
+    typed = "/help\nhello there\n/reset\n/system Be brief.\nwhat is two\n/bogus\n//slash\n"
+    monkeypatch.setattr("sys.stdin", Typed(typed + "/exit\nnever sent\n"))
+    assert main(["chat", str(pkg), "--max-new-tokens", "6"]) == 0
+    out, err = capsys.readouterr()
+    gen = Generator(pkg)
+    first = gen.chat([{"role": "user", "content": "hello there"}], max_new_tokens=6)
+    second = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "what is two"},
+    ]
+    reply = gen.chat(second, max_new_tokens=6)
+    third = [
+        *second,
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "/slash"},
+    ]
+    assert out.splitlines() == [first, reply, gen.chat(third, max_new_tokens=6)]
+    banner = err.splitlines()[0]
+    assert str(pkg) in banner and "/exit or Ctrl-D to end" in banner and "/help" in banner, err
+    assert "/reset" in err and "/system TEXT" in err  # /help's list
+    assert "unknown command '/bogus'" in err and "system message: 'Be brief.'" in err
+
+
 def test_a_model_without_a_template_says_so(instruct, tmp_path, capsys):
     """A package without a chat template: Generator.chat and `edgeformer chat` say so."""
     from edgeformer.cli import main

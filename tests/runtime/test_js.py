@@ -108,9 +108,9 @@ def run_js(node: str, cases: list[dict], errors: bool = False, timeout: int = 30
     return out
 
 
-def cli(node: str, *args: str) -> subprocess.CompletedProcess:
+def cli(node: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
     cmd = [node, str(JS / "cli.mjs"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def python_greedy(package: Path, family: str, variant: str, inputs: list[list[int]]) -> list:
@@ -219,6 +219,34 @@ def test_js_cli_texts_match_python(node, ed_package, lm_package):
             lines = [json.loads(line) for line in run.stdout.splitlines()]
             assert [line["input"] for line in lines] == TEXTS
             assert [line["text"] for line in lines] == want, (pkg.name, backend)
+
+
+def test_js_cli_as_pythons_bundled_names_stdin_and_text_output(node):
+    """The Node CLI takes a bundled package's name, reads stdin's lines when given no text,
+    prints the plain translations with --format text (n-best: Python's index, score, text
+    lines), and offers no option it then refuses."""
+    texts = ["A man is riding a bike.", "Two dogs play in the snow."]
+    want = Translator("m30k-en-de", threads=1).translate_batch(texts, max_new_tokens=16)
+    run = cli(node, "m30k-en-de", "--format", "text", "--max-new-tokens", "16",
+              stdin="\n".join(texts) + "\n")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == want
+    nbest = Translator("m30k-en-de", threads=1).translate_batch_nbest(
+        texts, num_beams=4, num_hypotheses=2, max_new_tokens=16
+    )  # fmt: skip
+    run = cli(node, "m30k-en-de", "--format", "text", "--beam", "4", "--num-hypotheses", "2",
+              "--n-best", "--max-new-tokens", "16", *texts)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = [line.split("\t") for line in run.stdout.splitlines()]
+    assert [(int(i), t) for i, _, t in rows] == [(i, t) for i, r in enumerate(nbest) for t, _ in r]
+    run = cli(node, "m30k-en-de", "--format", "xml", "x")
+    assert run.returncode == 2 and "--format xml: expected jsonl or text" in run.stderr
+    helped = cli(node, "--help").stdout
+    for refused in ("--sliding-window", "--return-alternatives", "--regex", "--json-schema"):
+        assert refused not in helped
+        value = ["x"] if refused in ("--regex", "--json-schema") else []
+        run = cli(node, "m30k-en-de", refused, *value, "A man.")
+        assert run.returncode == 2 and "not supported by the JavaScript runtime" in run.stderr
 
 
 def test_js_refuses_what_it_cannot_run(node, lm_package, tmp_path):
@@ -528,6 +556,41 @@ def test_js_close_matches_are_difflibs(node):
     expression = "data[0].map((w) => m.closeMatches(w, data[1], 5, 0.5))"
     for word, got in zip(words, node_map(node, "languages.mjs", expression, [words, codes])):
         assert got == difflib.get_close_matches(word, codes, n=5, cutoff=0.5), word
+
+
+def test_js_close_codes_are_pythons(node):
+    """runtime/js's closeCodes is core/languages.close_codes: the same language table, names,
+    misspellings and fallbacks, on NLLB's, M2M100's and mBART's spellings."""
+    from edgeformer.core.languages import close_codes
+
+    styles = [
+        ["deu_Latn", "eng_Latn", "fra_Latn", "arb_Arab", "zho_Hans", "zho_Hant", "ell_Grek"],
+        ["de", "en", "fr", "ar", "zh", "el", "mn", "ga", "ast"],
+        ["de_DE", "en_XX", "fr_XX", "ar_AR", "zh_CN"],
+    ]
+    words = [
+        "deu_Latn",
+        "german",
+        "Germna",
+        "Deutsch",
+        "ger",
+        "de",
+        "zh-CN",
+        "arabic",
+        "greek",
+        "Modern Greek",
+        "fra_Ltn",
+        "xx_Yyyy",
+        "klingon",
+        "",
+        " French ",
+        "Español",
+        "ast",
+    ]
+    data = [[w, codes] for w in words for codes in styles]
+    expression = "data.map(([w, codes]) => m.closeCodes(w, codes))"
+    for (word, codes), got in zip(data, node_map(node, "languages.mjs", expression, data)):
+        assert got == close_codes(word, codes), (word, codes)
 
 
 def test_js_auto_picks_pythons_variant(node):

@@ -97,3 +97,16 @@ def test_the_committed_packages_are_the_documented_trained_models():
     src, refs = load_multi30k("val", "en", "de", max_sentences=40)
     out = Translator("m30k-en-de", threads=1).translate_batch(src)
     assert bleu_scores(out, refs)["bleu"] > val_bleu / 2
+
+
+def test_info_says_what_a_bundled_package_knows_and_what_each_figure_is_measured_on(capsys):
+    """`edgeformer info m30k-en-de` names the translator's domain (image captions) and says
+    what its agreement, logit difference and held-out BLEU were measured on."""
+    assert main(["info", "m30k-en-de"]) == 0
+    out = capsys.readouterr().out
+    assert "bundled      m30k-en-de: English -> German, trained on Multi30k's image captions" in out
+    golden = load_package("m30k-en-de").golden()
+    calls = f"{len(golden.tokens)} decoder calls x {len(golden.inputs)} inputs"
+    assert "measured on: agreement = the share of PyTorch's greedy choices" in out and calls in out
+    assert "held-out BLEU 29.89" in out
+    assert "held-out BLEU = greedy translations of Multi30k's whole val split (en-de)" in out
