@@ -79,7 +79,9 @@ CASES = {
     "beam 2, min_new_tokens": dict(num_beams=2, min_new_tokens=4),
     "ignore_eos": dict(num_beams=3, ignore_eos=True, num_hypotheses=3),
     "two end tokens": dict(num_beams=4, end_token=[EOS, 7]),
-    "repetition penalty, n-grams": dict(num_beams=4, repetition_penalty=1.3, no_repeat_ngram_size=2),
+    "repetition penalty, n-grams": dict(
+        num_beams=4, repetition_penalty=1.3, no_repeat_ngram_size=2
+    ),
     "forced end token": dict(num_beams=3, forced_end_token=EOS),
     "beam 1": dict(num_beams=1),
 }
@@ -138,3 +140,31 @@ def test_the_bundled_translator_beam_search_as_today():
         old = reference_beam_search(first, stepper, opts, inputs)
         assert_same(new, old)
         assert all(len(h) == 5 for h in new)
+
+
+def test_a_vocabulary_large_enough_for_the_grouped_top_k_as_today():
+    opts = GenerationOptions(max_new_tokens=8, num_beams=5, num_hypotheses=3)
+    assert_same(*both(opts, DecodeInputs(EOS, banned=(0, 1)), vocab=3001, batch=3, eos_bias=1.0))
+
+
+@pytest.mark.parametrize("vocab", [1024, 3001, 6000])
+def test_the_grouped_candidates_are_each_rows_best(vocab):
+    from edgeformer.core.decoding import _best_candidates
+
+    K, n = 4, 8
+    rng = np.random.default_rng(vocab)
+    logp = rng.normal(size=(3 * K, vocab)).astype(np.float32)
+    logp[1, :-3] = -np.inf  # three finite values, at the end (past the groups)
+    logp[4:8] = -np.inf  # row 1: two finite tokens in all
+    logp[5, [5, vocab - 1]] = 1.0
+    logp[8:, 100:110] = 50.0  # row 2: each beam's best ten in few groups
+    beam_scores = rng.normal(size=3 * K)
+    beam_scores[2] = -np.inf
+    flat, scores = _best_candidates(logp, beam_scores, K, n)
+    cand = (beam_scores[:, None] + logp).reshape(3, K * vocab)
+    for a in range(3):
+        expect = np.sort(cand[a])[::-1][:n]
+        np.testing.assert_array_equal(scores[a], expect)
+        np.testing.assert_array_equal(cand[a, flat[a]], expect)
+        finite = flat[a][np.isfinite(scores[a])]
+        assert len(set(finite.tolist())) == len(finite)
