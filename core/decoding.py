@@ -301,6 +301,58 @@ def greedy_or_sample(
     return [Hypothesis(o, sum(p) / max(len(p), 1) ** lp, p) for o, p in zip(out, lps)]
 
 
+# a batch row's best continuations are found among the tokens of its beams' TOP_GROUP-token
+# groups of largest maxima (_best_candidates), not by a partition of every beam's whole
+# vocabulary; below TOP_GROUPED_VOCAB tokens one partition per beam is as fast
+TOP_GROUP = 32
+TOP_GROUPED_VOCAB = 1024
+
+
+def _log_softmax_in_place(x: np.ndarray) -> np.ndarray:
+    """log_softmax(x) (the same float32 values), written into `x` (N, V)."""
+    x -= x.max(axis=-1, keepdims=True)
+    x -= np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    return x
+
+
+def _best_candidates(
+    logp: np.ndarray, beam_scores: np.ndarray, K: int, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The n best continuations of each batch row of K beams, best first: (A, n) indices into
+    beam * V + token and their scores beam_scores[beam] + logp[beam, token] (float64), from
+    logp (A*K, V) and beam_scores (A*K,). Ties go to the lower beam, then the lower token.
+
+    A large vocabulary: each beam's first G * TOP_GROUP tokens in G groups (group j: tokens j,
+    j + G, j + 2G, ...), scored by their maxima; the row's n best continuations lie in its n
+    groups of best scores or the V - G * TOP_GROUP tokens after the groups, so only those are
+    scored (one pass of elementwise maxima over the logits, no partition of a whole row)."""
+    rows, vocab = logp.shape
+    A = rows // K
+    groups = vocab // TOP_GROUP
+    if vocab < TOP_GROUPED_VOCAB or groups < 4 * n:  # each beam's m best, as many as asked
+        m = min(n, vocab)
+        tok = np.argpartition(logp, vocab - m, axis=-1)[:, vocab - m :].reshape(A, K * m)
+        beam = np.broadcast_to(np.repeat(np.arange(K), m), tok.shape)
+    else:
+        maxima = logp[:, : groups * TOP_GROUP].reshape(rows, TOP_GROUP, groups).max(axis=1)
+        group_scores = (beam_scores[:, None] + maxima).reshape(A, K * groups)
+        top = np.argpartition(group_scores, K * groups - n, axis=-1)[:, K * groups - n :]
+        group_beam, group = np.divmod(top, groups)  # (A, n)
+        tok = (group[:, :, None] + groups * np.arange(TOP_GROUP)).reshape(A, n * TOP_GROUP)
+        beam = np.repeat(group_beam, TOP_GROUP, axis=1)
+        tail = np.arange(groups * TOP_GROUP, vocab)
+        if len(tail):
+            tok = np.concatenate([tok, np.broadcast_to(np.tile(tail, K), (A, K * len(tail)))], 1)
+            beam = np.concatenate(
+                [beam, np.broadcast_to(np.repeat(np.arange(K), len(tail)), (A, K * len(tail)))], 1
+            )
+    src = np.arange(A)[:, None] * K + beam  # (A, C) rows of logp
+    scores = beam_scores[src] + logp[src, tok]  # float64, as beam_scores[:, None] + logp
+    order = np.lexsort((tok, beam, -scores), axis=-1)[:, :n]
+    flat = np.take_along_axis(beam * vocab + tok, order, -1)
+    return flat, np.take_along_axis(scores, order, -1)
+
+
 def beam_search(
     first_logits: np.ndarray, stepper: Stepper, opts: GenerationOptions, inputs: DecodeInputs
 ) -> list[list[Hypothesis]]:
@@ -308,7 +360,13 @@ def beam_search(
 
     A row's prefix is forced (one live beam until it ends, scored by the model's distribution);
     with `ranks`, the token after it is the rank-th best (alternatives). A beam that `stop`
-    stops is a finished hypothesis (its last token kept).
+    stops is a finished hypothesis (its last token kept). A batch row whose search is done
+    leaves the stepper's batch (its K beams are dropped by the same `select` that reorders the
+    others' beams). Each step is whole-array work over rows x beams (the best 2K continuations
+    of each beam, then of each row, which beams go on, which hypotheses end); Python runs
+    only per ended hypothesis and per done row (and per live beam for a stop test). The
+    hypotheses are those of the loop it replaced (tests/core/beam_reference.py), save where
+    two candidates' float32 log-probabilities tie exactly (numpy's partition order decided).
     """
     B, vocab = first_logits.shape
     opts = as_prepared(opts, vocab)
@@ -316,10 +374,8 @@ def beam_search(
     lp = opts.length_penalty
     eos_id, context, stop = inputs.eos_id, inputs.context, inputs.stop
     ends = end_ids(opts, eos_id)
-    ends_set = set(ends.tolist())
     forcing = _Forcing(inputs.prefixes, inputs.ranks, B)
-    limit = forcing.lengths + _new_tokens(opts)
-    prefix_rows = np.repeat(forcing.lengths, K)
+    limit = forcing.lengths + _new_tokens(opts)  # (B,) steps each row may take
 
     def normalise(score: float, length: int) -> float:
         return score / max(length, 1) ** lp
@@ -327,108 +383,105 @@ def beam_search(
     _check_finite(first_logits)
     rep_context = [c for c in (context or [[]] * B) for _ in range(K)]
     rules = Processors(opts, ends, vocab, rep_context, B * K, inputs.banned)
-    rows = np.repeat(np.arange(B), K)
-    stepper.select(rows)
+    stepper.select(np.repeat(np.arange(B), K))
     logits = np.repeat(first_logits, K, axis=0)
-    # Only the first beam of each row is live at the start (the others are copies).
-    beam_scores = np.tile(np.r_[0.0, np.full(K - 1, -np.inf)], B)
-    seqs: list[list[int]] = [[] for _ in range(B * K)]
-    seq_lps: list[list[float]] = [[] for _ in range(B * K)]
+    # the stepper's rows: beam k of batch row active[a] is row a * K + k. Only the first beam
+    # of each row is live at the start (the others are copies).
+    active = np.arange(B)
+    beam_scores = np.tile(np.r_[0.0, np.full(K - 1, -np.inf)], B)  # (A*K,) float64
+    seqs = np.zeros((B * K, 0), dtype=np.int64)  # (A*K, t) each beam's tokens so far
+    seq_lps = np.zeros((B * K, 0))  # (A*K, t) and their log-probabilities
     finished: list[list[tuple[float, list[int], list[float]]]] = [[] for _ in range(B)]
-    done = np.zeros(B, dtype=bool)
+    n_finished = np.zeros(B, dtype=np.int64)
 
     for t in range(int(limit.max())):
-        logp = log_softmax(rules.apply(logits, t - prefix_rows))
-        forced = t < forcing.lengths  # (B,)
+        A = len(active)
+        forced = t < forcing.lengths[active]  # (A,)
+        raw = None  # a forced token is scored by the model's distribution: before the rules
+        if forcing.on and forced.any():
+            raw = log_softmax(logits[np.flatnonzero(forced) * K].astype(np.float64))
+        prefix_rows = np.repeat(forcing.lengths[active], K)
+        # the logits are the loop's until the next step (the first: a copy)
+        logp = _log_softmax_in_place(rules.apply(logits, t - prefix_rows, in_place=True))
         if forcing.on:  # a forced row: one candidate, from its live first beam
-            branch = forcing.branch(t, np.arange(B))
-            if forced.any():
-                raw = log_softmax(logits.astype(np.float64))
-            for b in np.flatnonzero(forced | branch).tolist():
-                i = b * K
-                if forced[b]:
-                    tok, value = forcing.prefixes[b][t], raw[i, forcing.prefixes[b][t]]
+            branch = forcing.branch(t, active)
+            forced_rank = np.cumsum(forced) - 1  # row a's index into raw
+            for a in np.flatnonzero(forced | branch).tolist():
+                b, i = int(active[a]), a * K
+                if forced[a]:
+                    assert raw is not None
+                    choice = forcing.prefixes[b][t]
+                    value = raw[forced_rank[a], choice]
                 else:
                     assert forcing.ranks is not None
-                    tok = _ranked(logp[i], int(forcing.ranks[b]))
-                    value = logp[i, tok]
+                    choice = _ranked(logp[i], int(forcing.ranks[b]))
+                    value = logp[i, choice]
                 logp[i : i + K] = -np.inf
-                logp[i, tok] = value
-        # the best 2K continuations of each beam, then the best 2K of each batch row
-        cand = beam_scores[:, None] + logp  # (B*K, V)
-        m = min(2 * K, vocab)
-        best = np.argpartition(-cand, m - 1, axis=-1)[:, :m]  # (B*K, m) token ids
-        best_scores = np.take_along_axis(cand, best, -1).reshape(B, K * m)
-        flat = (np.arange(B * K)[:, None] * vocab + best).reshape(B, K * m) % (K * vocab)
-        order = np.argsort(-best_scores, axis=-1, kind="stable")[:, : 2 * K]
-        top = np.take_along_axis(flat, order, -1)  # (B, 2K) indices into beam * vocab + token
-        top_scores = np.take_along_axis(best_scores, order, -1)
-        new_rows: list[int] = []
-        new_tokens: list[int] = []
-        new_scores: list[float] = []
-        new_lps: list[float] = []
-        for b in range(B):
-            chosen = 0
-            for idx, score in zip(top[b].tolist(), top_scores[b].tolist()):
-                beam, tok = divmod(int(idx), vocab)
-                src = b * K + beam
-                if done[b] or score == -np.inf:
-                    new_rows.append(b * K)
-                    new_tokens.append(eos_id)
-                    new_scores.append(-np.inf)
-                    new_lps.append(0.0)
-                    chosen += 1
-                elif tok in ends_set and not forced[b]:
-                    lps = seq_lps[src] + [float(logp[src, tok])]
-                    finished[b].append((normalise(score, t + 1), seqs[src], lps))
-                    continue
-                else:
-                    new_rows.append(src)
-                    new_tokens.append(tok)
-                    new_scores.append(score)
-                    new_lps.append(float(logp[src, tok]))
-                    chosen += 1
-                if chosen == K:
-                    break
-            while chosen < K:  # fewer than K live candidates (tiny vocabularies)
-                new_rows.append(b * K)
-                new_tokens.append(eos_id)
-                new_scores.append(-np.inf)
-                new_lps.append(0.0)
-                chosen += 1
-        rows = np.asarray(new_rows)
-        tokens = np.asarray(new_tokens, dtype=np.int64)
-        beam_scores = np.asarray(new_scores)
-        seqs = [seqs[r] + [int(tok)] for r, tok in zip(rows, tokens)]
-        seq_lps = [seq_lps[r] + [x] for r, x in zip(rows.tolist(), new_lps)]
+                logp[i, choice] = value
+        # the best 2K continuations of each batch row (the best 2K of each beam's best 2K)
+        top, top_scores = _best_candidates(logp, beam_scores, K, 2 * K)  # (A, 2K)
+        beam, tok = np.divmod(top, vocab)
+        src = np.arange(A)[:, None] * K + beam  # (A, 2K) the stepper row each extends
+        # in order, each candidate either ends a hypothesis (an end token of a live beam, not
+        # forced) or is the next beam (a dead one, score -inf, a filler), until K beams are
+        # taken; fewer than K: fillers (tiny vocabularies)
+        dead = top_scores == -np.inf
+        is_end = np.isin(tok, ends) & ~dead & ~forced[:, None]
+        taken_before = np.cumsum(~is_end, axis=1)  # beams taken up to each candidate
+        takes = ~is_end & ~dead & (taken_before <= K)
+        ends_here = is_end & (taken_before < K)
+        ra, ca = np.nonzero(ends_here)  # row-major: each row's ended hypotheses in order
+        for a, c in zip(ra.tolist(), ca.tolist()):
+            s, b = int(src[a, c]), int(active[a])
+            lps = seq_lps[s].tolist() + [float(logp[s, tok[a, c]])]
+            finished[b].append((normalise(float(top_scores[a, c]), t + 1), seqs[s].tolist(), lps))
+        np.add.at(n_finished, active[ra], 1)
+        ra, ca = np.nonzero(takes)
+        slot = ra * K + taken_before[ra, ca] - 1  # live beams first: fillers come last
+        rows = np.repeat(np.arange(A) * K, K)  # fillers: the row's first beam, EOS, -inf
+        tokens = np.full(A * K, eos_id, dtype=np.int64)
+        beam_scores = np.full(A * K, -np.inf)
+        new_lps = np.zeros(A * K)
+        rows[slot], tokens[slot] = src[ra, ca], tok[ra, ca]
+        beam_scores[slot] = top_scores[ra, ca]
+        new_lps[slot] = logp[rows[slot], tokens[slot]]
+        seqs = np.concatenate([seqs[rows], tokens[:, None]], axis=1)
+        seq_lps = np.concatenate([seq_lps[rows], new_lps[:, None]], axis=1)
         if stop is not None:  # a stopped beam is a finished hypothesis
             for i in np.flatnonzero(beam_scores > -np.inf).tolist():
-                b = i // K
-                if not forced[b] and stop(b, seqs[i]):
-                    finished[b].append((normalise(beam_scores[i], t + 1), seqs[i], seq_lps[i]))
+                a = i // K
+                b, seq = int(active[a]), seqs[i].tolist()
+                if not forced[a] and stop(b, seq):
+                    score = normalise(beam_scores[i], t + 1)
+                    finished[b].append((score, seq, seq_lps[i].tolist()))
+                    n_finished[b] += 1
                     beam_scores[i] = -np.inf
-        for b in range(B):
-            if done[b]:
-                continue
-            if len(finished[b]) >= K:
+        best_live = beam_scores.reshape(A, K).max(axis=1)  # (A,)
+        out_of_length = (t + 1 >= limit[active]) | (best_live == -np.inf)
+        done = np.zeros(A, dtype=bool)
+        for a in np.flatnonzero((n_finished[active] >= K) | out_of_length).tolist():
+            b = int(active[a])
+            if n_finished[b] >= K:
                 if opts.early_stopping:
-                    done[b] = True
+                    done[a] = True
                 else:  # stop when no live beam can still beat the worst kept hypothesis
                     worst = sorted(s for s, _, _ in finished[b])[-K]
-                    best_live = beam_scores[b * K : (b + 1) * K].max()
                     longest = int(limit[b]) if lp > 0 else t + 1
-                    done[b] = normalise(best_live, longest) <= worst
-            if not done[b] and (t + 1 >= limit[b] or beam_scores[b * K : (b + 1) * K].max()
-                                == -np.inf):  # fmt: skip
-                # out of length: live beams count as hypotheses
-                for i in range(b * K, (b + 1) * K):
+                    done[a] = normalise(best_live[a], longest) <= worst
+            if not done[a] and out_of_length[a]:  # out of length: live beams are hypotheses
+                for i in range(a * K, (a + 1) * K):
                     if beam_scores[i] > -np.inf:
                         finished[b].append(
-                            (normalise(beam_scores[i], len(seqs[i])), seqs[i], seq_lps[i])
-                        )
-                done[b] = True
+                            (normalise(beam_scores[i], t + 1), seqs[i].tolist(),
+                             seq_lps[i].tolist())
+                        )  # fmt: skip
+                done[a] = True
         if done.all():
             break
+        if done.any():  # done rows leave the batch
+            keep = np.repeat(~done, K)
+            rows, tokens, beam_scores = rows[keep], tokens[keep], beam_scores[keep]
+            seqs, seq_lps, active = seqs[keep], seq_lps[keep], active[~done]
         stepper.select(rows)
         rules.select(rows)
         rules.observe(tokens)

@@ -52,6 +52,8 @@ from .batching import (
     Batching,
     Pipeline,
     Throughput,
+    call_batching,
+    in_sub_batches,
     translate_file,
     translate_stream,
 )
@@ -367,10 +369,12 @@ class Translator(_Loaded):
         opts: GenerationOptions,
         scores: bool,
         langs: Languages = (None, None),
+        batching: Batching | None = None,
     ) -> list[TranslationResult]:
         """The one path of the text API: a TranslationResult per text ('' for an empty one).
         `opts`: the package's defaults under the caller's options (Model.options); `langs`:
-        (source_lang, target_lang), each one code or one per text."""
+        (source_lang, target_lang), each one code or one per text; `batching`: the
+        sub-batches (call_batching; None: its default)."""
         texts = check_texts(texts, "texts")
         forced = self._forced(langs[1], len(texts))
         prefixes = with_forced(forced, self._prefix_ids(target_prefix, len(texts)))
@@ -383,11 +387,17 @@ class Translator(_Loaded):
         opts = counting_forced(opts, min(len(forced[i]) for i in keep))
         text = self.model.decode
         stops = list(opts.stop)
-        stop = None
-        if stops:
-            skip = [len(p) for p in kept] if kept is not None else [0] * len(keep)
-            stop = stop_test(text, stops, [[] for _ in keep], skip)
-        found = self._translate_prepared(sources, opts, kept, None, stop, scores)
+        skip = [len(p) for p in kept] if kept is not None else [0] * len(keep)
+
+        def translate(picked: list[int]) -> list[list[Hypothesis]]:
+            stop = stop_test(text, stops, [[] for _ in picked], [skip[j] for j in picked])
+            prefixes = None if kept is None else [kept[j] for j in picked]
+            batch = [sources[j] for j in picked]
+            return self._translate_prepared(batch, opts, prefixes, None, stop if stops else None,
+                                            scores)  # fmt: skip
+
+        batching = batching or call_batching(0, "examples")
+        found = in_sub_batches([len(x) for x in sources], batching, translate)
         for j, (i, hyps) in enumerate(zip(keep, found)):
             start = len(text(kept[j])) if kept is not None else 0
             out[i] = TranslationResult([
@@ -404,16 +414,21 @@ class Translator(_Loaded):
         truncate: bool = False,
         source_lang: LanguageArg = None,
         target_lang: LanguageArg = None,
+        max_batch_size: int = 0,
+        batch_type: str = "examples",
         **options,
     ) -> list[TranslationResult]:
         """A TranslationResult per text: scored hypotheses with their ids and per-token
         log-probabilities. `target_prefix` (aligned with texts; None, a text or ids per item)
         is forced, scored and included in every hypothesis; `stop` strings cut the text.
         source_lang / target_lang (a multilingual model's codes, e.g. "eng_Latn",
-        "deu_Latn": one for all texts or one per text) pick the languages."""
+        "deu_Latn": one for all texts or one per text) pick the languages. The texts run in
+        length-sorted sub-batches of max_batch_size examples or padded source tokens
+        (batch_type "tokens"; 0: 32 examples or 1,024 tokens), as CTranslate2's."""
+        batching = call_batching(max_batch_size, batch_type)
         opts = self.model.options(**options)
         langs = (source_lang, target_lang)
-        return self._results(texts, target_prefix, truncate, opts, True, langs)
+        return self._results(texts, target_prefix, truncate, opts, True, langs, batching)
 
     def translate_batch(
         self,
@@ -422,14 +437,18 @@ class Translator(_Loaded):
         target_prefix: Sequence[Prefix] | None = None,
         source_lang: LanguageArg = None,
         target_lang: LanguageArg = None,
+        max_batch_size: int = 0,
+        batch_type: str = "examples",
         **options,
     ) -> list[str]:
         """One translation per text ([] for an empty list): the best hypothesis (the first
-        sample / alternative when there are several). source_lang / target_lang: as
-        translate_results."""
+        sample / alternative when there are several). source_lang / target_lang,
+        max_batch_size / batch_type: as translate_results."""
+        batching = call_batching(max_batch_size, batch_type)
         opts = self.model.options(**options)
         langs = (source_lang, target_lang)
-        results = self._results(texts, target_prefix, truncate, opts, _needs_results(opts), langs)
+        scores = _needs_results(opts)
+        results = self._results(texts, target_prefix, truncate, opts, scores, langs, batching)
         return [r.text for r in results]
 
     def translate_batch_nbest(
@@ -501,9 +520,12 @@ class Translator(_Loaded):
     def score_batch(
         self, sources: list[str], targets: list[str], truncate: bool = False,
         source_lang: LanguageArg = None, target_lang: LanguageArg = None,
+        max_batch_size: int = 0, batch_type: str = "examples",
     ) -> list[ScoringResult]:  # fmt: skip
         """Per-token log-probabilities of each target translation given its source (the
-        target's forced first tokens, e.g. its language, included)."""
+        target's forced first tokens, e.g. its language, included). Sub-batches: as
+        translate_results' (a pair's tokens: its source's or target's, the longer)."""
+        batching = call_batching(max_batch_size, batch_type)
         sources, targets = check_texts(sources, "sources"), check_texts(targets, "targets")
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
@@ -519,8 +541,13 @@ class Translator(_Loaded):
             src.append(head + (ids[: max(room, 1)] if truncate else ids) + tail)
         forced = self._forced(target_lang, len(targets))
         tgt = [f + m.encode(t) for f, t in zip(forced, targets)]
+
+        def scored(picked: list[int]) -> list[np.ndarray]:
+            return self.score_ids([src[i] for i in picked], [tgt[i] for i in picked])
+
+        lengths = [max(len(s), len(t) + 1) for s, t in zip(src, tgt)]
         results = []
-        for ids, logp in zip(tgt, self.score_ids(src, tgt)):
+        for ids, logp in zip(tgt, in_sub_batches(lengths, batching, scored)):
             ids = ids + [m.eos_id]
             tokens = [m.tokenizer.id_to_token(i) or "" for i in ids]
             results.append(ScoringResult(tokens, ids, logp.tolist()))
@@ -723,23 +750,33 @@ class Generator(_Loaded):
         return decode(prompt + new)[len(decode(prompt)) :]
 
     def _results(
-        self, prompts: list[str], truncate: bool, opts: GenerationOptions, scores: bool
-    ) -> list[GenerationResult]:
+        self, prompts: list[str], truncate: bool, opts: GenerationOptions, scores: bool,
+        batching: Batching | None = None,
+    ) -> list[GenerationResult]:  # fmt: skip
         """The one path of the text API: a GenerationResult per prompt. `opts`: the package's
         defaults under the caller's options (Model.options)."""
-        return self._results_of(self._prompts(prompts, truncate, opts.max_input_length), opts,
-                                scores)  # fmt: skip
+        ids = self._prompts(prompts, truncate, opts.max_input_length)
+        return self._results_of(ids, opts, scores, batching)
 
     def _results_of(
-        self, ids: list[list[int]], opts: GenerationOptions, scores: bool
-    ) -> list[GenerationResult]:
-        """A GenerationResult per prompt of ids."""
+        self, ids: list[list[int]], opts: GenerationOptions, scores: bool,
+        batching: Batching | None = None,
+    ) -> list[GenerationResult]:  # fmt: skip
+        """A GenerationResult per prompt of ids, in sub-batches (call_batching; None: its
+        default)."""
         if not ids:
             return []
         stops = list(opts.stop)
-        stop = stop_test(self.model.decode, stops, ids, [0] * len(ids)) if stops else None
+
+        def generate(picked: list[int]) -> list[list[Hypothesis]]:
+            batch = [ids[i] for i in picked]
+            stop = stop_test(self.model.decode, stops, batch, [0] * len(batch)) if stops else None
+            return self._generate(batch, opts, None, stop, scores)
+
+        batching = batching or call_batching(0, "examples")
+        found = in_sub_batches([len(p) for p in ids], batching, generate)
         out = []
-        for prompt, hyps in zip(ids, self._generate(ids, opts, None, stop, scores)):
+        for prompt, hyps in zip(ids, found):
             out.append(GenerationResult([
                 TextHypothesis(
                     cut_at_stop(self._continuation(prompt, h.tokens), stops), h.tokens, h.score,
@@ -750,17 +787,27 @@ class Generator(_Loaded):
         return out
 
     def generate_results(
-        self, prompts: list[str], truncate: bool = False, **options
-    ) -> list[GenerationResult]:
+        self, prompts: list[str], truncate: bool = False, max_batch_size: int = 0,
+        batch_type: str = "examples", **options,
+    ) -> list[GenerationResult]:  # fmt: skip
         """A GenerationResult per prompt: scored continuations with their ids and per-token
-        log-probabilities; a `stop` string ends a continuation, whose text is cut before it."""
-        return self._results(prompts, truncate, self.model.options(**options), scores=True)
+        log-probabilities; a `stop` string ends a continuation, whose text is cut before it.
+        The prompts run in length-sorted sub-batches of max_batch_size examples or padded
+        prompt tokens (batch_type "tokens"; 0: 32 examples or 1,024 tokens), as
+        CTranslate2's."""
+        batching = call_batching(max_batch_size, batch_type)
+        return self._results(prompts, truncate, self.model.options(**options), True, batching)
 
-    def generate_batch(self, prompts: list[str], truncate: bool = False, **options) -> list[str]:
+    def generate_batch(
+        self, prompts: list[str], truncate: bool = False, max_batch_size: int = 0,
+        batch_type: str = "examples", **options,
+    ) -> list[str]:  # fmt: skip
         """One continuation per prompt ([] for an empty list): the best hypothesis (the first
-        sample / alternative when there are several)."""
+        sample / alternative when there are several); sub-batches as generate_results'."""
+        batching = call_batching(max_batch_size, batch_type)
         opts = self.model.options(**options)
-        return [r.text for r in self._results(prompts, truncate, opts, _needs_results(opts))]
+        results = self._results(prompts, truncate, opts, _needs_results(opts), batching)
+        return [r.text for r in results]
 
     def generate(self, prompt: str, **options) -> str:
         return self.generate_batch([prompt], **options)[0]
@@ -881,9 +928,12 @@ class Generator(_Loaded):
         stepper, first = start_decoder_only(m.graphs, m.config, ids, mask, max(map(len, targets)))
         return score(first, stepper, targets)
 
-    def score_batch(self, texts: list[str]) -> list[ScoringResult]:
+    def score_batch(
+        self, texts: list[str], max_batch_size: int = 0, batch_type: str = "examples"
+    ) -> list[ScoringResult]:
         """Per-token log-probabilities of each text's tokens after the first (teacher forcing);
-        `perplexity` of a result is the text's perplexity."""
+        `perplexity` of a result is the text's perplexity. Sub-batches: as generate_results'."""
+        batching = call_batching(max_batch_size, batch_type)
         m = self.model
         ids = [m.encode(t) for t in check_texts(texts, "texts")]
         if not ids:
@@ -893,8 +943,12 @@ class Generator(_Loaded):
                 raise ValueError(
                     f"text {i} has {len(seq)} tokens; scoring needs 2 .. {self.max_len + 1}"
                 )
+
+        def scored(picked: list[int]) -> list[np.ndarray]:
+            return self.score_ids([ids[i] for i in picked])
+
         results = []
-        for seq, logp in zip(ids, self.score_ids(ids)):
+        for seq, logp in zip(ids, in_sub_batches([len(s) for s in ids], batching, scored)):
             tokens = [m.tokenizer.id_to_token(i) or "" for i in seq[1:]]
             results.append(ScoringResult(tokens, seq[1:], logp.tolist()))
         return results

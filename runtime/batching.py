@@ -1,10 +1,17 @@
-"""Large inputs: translate an iterable or a file in length-sorted sub-batches, in input order.
+"""Large inputs: translate an iterable or a file in length-sorted sub-batches, in input order;
+the batch calls (translate_batch, generate_batch, score_batch) in sub-batches the same way.
 
 As CTranslate2's `translate_iterable` / `translate_file`: read ahead a bounded buffer
 (`max_batch_size * READ_AHEAD` examples or tokens), sort it by source length, cut it into
 sub-batches of at most `max_batch_size` examples (`batch_type="examples"`) or padded source
 tokens (`"tokens"`: rows x longest source in the batch), translate them, and give the results
 back in input order. Memory stays bounded by the buffer whatever the input's size.
+
+The batch calls take `max_batch_size` and `batch_type` as CTranslate2's do (`call_batching`),
+except that 0, their default, is a bound too (AUTO_BATCH: CTranslate2's 0 is one batch of
+everything, whose beams grow the decoder to rows x beams and whose cost grows faster than the
+rows past a few hundred): sub-batches sorted by length (`in_sub_batches`), results in input
+order, so any input size runs in bounded memory at a cost linear in its size.
 """
 
 from __future__ import annotations
@@ -13,10 +20,11 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from ..core.files import atomic_text
 from ..core.progress import Progress, count_lines
@@ -25,6 +33,9 @@ from .aio import WorkerPool
 BATCH_TYPES = ("examples", "tokens")
 MAX_BATCH = 1 << 20  # max_batch_size (examples or tokens) and read_ahead
 READ_AHEAD = 16  # buffer = max_batch_size * READ_AHEAD examples (or tokens), sorted by length
+# the batch calls' max_batch_size=0: sub-batches of this many examples or padded tokens (the
+# file path's defaults)
+AUTO_BATCH = {"examples": 32, "tokens": 1024}
 
 
 @dataclass
@@ -102,6 +113,39 @@ def _sub_batches(lengths: list[int], batching: Batching) -> list[list[int]]:
                 continue
         batches.append([i])
     return batches
+
+
+def call_batching(max_batch_size: int, batch_type: str) -> Batching:
+    """The sub-batches of a batch call (translate_batch, generate_batch, score_batch):
+    max_batch_size examples or padded tokens, 0 for AUTO_BATCH's."""
+    if isinstance(max_batch_size, int) and not isinstance(max_batch_size, bool):
+        if max_batch_size == 0 and batch_type in AUTO_BATCH:
+            max_batch_size = AUTO_BATCH[batch_type]
+        elif max_batch_size < 0:
+            raise ValueError(
+                f"max_batch_size={max_batch_size} must be 0 (sub-batches of "
+                f"{AUTO_BATCH['examples']} examples) or a positive integer"
+            )
+    return Batching(max_batch_size, batch_type)
+
+
+T = TypeVar("T")
+
+
+def in_sub_batches(
+    lengths: Sequence[int], batching: Batching, run: Callable[[list[int]], list[T]]
+) -> list[T]:
+    """run(positions) per sub-batch of the items whose sizes are `lengths` (tokens), longest
+    first; the results in input order. Items that fit one sub-batch run as one, in order."""
+    if not lengths:
+        return []
+    if batching.cost(len(lengths), max(lengths)) <= batching.max_batch_size:
+        return run(list(range(len(lengths))))
+    out: list[T | None] = [None] * len(lengths)
+    for picked in _sub_batches(list(lengths), batching):
+        for i, result in zip(picked, run(picked), strict=True):
+            out[i] = result
+    return out  # type: ignore[return-value]  # every position filled
 
 
 def _buffers(texts: Iterable[str], batching: Batching) -> Iterator[list[str]]:

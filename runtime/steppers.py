@@ -271,15 +271,22 @@ class CachedDecoder:
             self.step_positions = np.zeros((n, 1), dtype=np.int64)
             self.seqlens_k = np.zeros(n, dtype=np.int32)
         else:
-            for buf in self.buffers.values():
-                buf[:n, :, :filled] = buf[rows, :, :filled]  # fancy index copies first: safe
-        self.lengths, self.n = self.lengths[rows], n
-        self.longest = int(self.lengths.max(initial=0))
-        self.uniform = bool(self.lengths.min(initial=0) == self.longest)
-        source = self.source[rows]
-        if not np.array_equal(source, self.source) and self.static_full:
-            self.static = {k: v[source] if v.ndim else v for k, v in self.static_full.items()}
+            moved = np.flatnonzero(rows != np.arange(n))  # rows that stay in place: no copy
+            for buf in self.buffers.values():  # fancy index copies first: safe
+                if len(moved) < n:
+                    buf[moved, :, :filled] = buf[rows[moved], :, :filled]
+                else:
+                    buf[:n, :, :filled] = buf[rows, :, :filled]
+        source, rebind = self.source[rows], n != self.n
+        self._set_lengths(self.lengths[rows])
+        self.n = n
+        if not np.array_equal(source, self.source):
+            rebind = True
+            if self.static_full:
+                self.static = {k: v[source] if v.ndim else v for k, v in self.static_full.items()}
         self.source = source
+        if not rebind:  # beams reordered within their rows: the buffers were written in place
+            return
         self.io.clear_binding_inputs()
         self.io.clear_binding_outputs()
         self._bind_state()

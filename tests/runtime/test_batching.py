@@ -206,3 +206,109 @@ def test_translator_stream_pieces_concatenate_to_translate(translator, kw):
         pieces = list(translator.stream(text, max_new_tokens=12, **kw))
         assert "".join(pieces) == translator.translate(text, max_new_tokens=12, **kw)
         assert all(pieces)
+
+
+# ---- the batch calls' max_batch_size / batch_type (issue 61) ----------------------------------
+
+
+def _log_probs(results) -> list[float]:
+    return [x for r in results for x in r.log_probs]
+
+
+def _recording(model, name: str) -> list[int]:
+    """Sizes of the batches `model.<name>` runs from now on."""
+    sizes: list[int] = []
+    inner = getattr(model, name)
+
+    def recorded(batch, *args, **kwargs):
+        sizes.append(len(batch))
+        return inner(batch, *args, **kwargs)
+
+    setattr(model, name, recorded)
+    return sizes
+
+
+@pytest.mark.parametrize("size,kind", [(2, "examples"), (30, "tokens"), (0, "examples")])
+def test_batch_calls_run_in_sub_batches_with_one_batchs_results(ed_package, lm_package, size, kind):
+    texts = TEXTS * 6  # 36 non-empty, more than the default sub-batch's 32
+    one = Translator(ed_package, threads=1)
+    want = one.translate_results(texts, max_batch_size=10_000, num_beams=3, max_new_tokens=6)
+    t = Translator(ed_package, threads=1)
+    sizes = _recording(t, "_translate_prepared")
+    got = t.translate_results(texts, max_batch_size=size, batch_type=kind, num_beams=3,
+                              max_new_tokens=6)  # fmt: skip
+    assert [[h.ids for h in r.hypotheses] for r in got] == [
+        [h.ids for h in r.hypotheses] for r in want
+    ]
+    assert [r.hypotheses[0].score for r in got] == pytest.approx(
+        [r.hypotheses[0].score for r in want], abs=1e-5
+    )
+    assert sum(sizes) == 36 and len(sizes) > 1
+    if kind == "examples":
+        assert max(sizes) <= (size or 32)
+    texts_batch = t.translate_batch(texts, max_batch_size=size, batch_type=kind, max_new_tokens=6)
+    assert texts_batch == one.translate_batch(texts, max_batch_size=10_000, max_new_tokens=6)
+    pairs = (["a man .", "two dogs play in the snow ."] * 20, ["ein mann .", "zwei hunde ."] * 20)
+    scored = t.score_batch(*pairs, max_batch_size=size, batch_type=kind)
+    whole = one.score_batch(*pairs, max_batch_size=10_000)
+    assert _log_probs(scored) == pytest.approx(_log_probs(whole), abs=1e-5)
+
+    from edgeformer.runtime import Generator
+
+    g, whole_g = Generator(lm_package, threads=1), Generator(lm_package, threads=1)
+    sizes = _recording(g, "_generate")
+    prompts = [t for t in TEXTS if t.strip()] * 7
+    got_g = g.generate_batch(prompts, max_batch_size=size, batch_type=kind, max_new_tokens=5)
+    assert got_g == whole_g.generate_batch(prompts, max_batch_size=10_000, max_new_tokens=5)
+    assert len(sizes) > 1 and sum(sizes) == len(prompts)
+    scored = g.score_batch(prompts, max_batch_size=size, batch_type=kind)
+    whole = whole_g.score_batch(prompts, max_batch_size=10_000)
+    assert _log_probs(scored) == pytest.approx(_log_probs(whole), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(max_batch_size=-1), "max_batch_size=-1 must be 0"),
+        (dict(max_batch_size=True), "max_batch_size=True"),
+        (dict(max_batch_size=2.5), "max_batch_size=2.5"),
+        (dict(batch_type="sentences"), "batch_type='sentences'"),
+    ],
+)
+def test_bad_batch_call_batching_is_refused(translator, bad, match):
+    for call in (translator.translate_batch, translator.translate_results):
+        with pytest.raises(ValueError, match=match):
+            call(TEXTS, **bad)
+    with pytest.raises(ValueError, match=match):
+        translator.score_batch(["a man ."], ["ein mann ."], **bad)
+
+
+PEAK_RSS = """
+import resource, sys
+from edgeformer.runtime import Translator
+t = Translator(sys.argv[1], threads=1)
+words = "a man woman dog cat rides plays in the snow street with two".split()
+texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 9)) for i in range(400)]
+t.translate_batch(texts[:64], num_beams=5, max_new_tokens=8)  # everything loaded and warm
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = t.translate_batch(texts * int(sys.argv[2]), num_beams=5, max_new_tokens=8)
+assert len(out) == 400 * int(sys.argv[2])
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_4000_sentences_at_beam_5_take_no_more_memory_than_400(ed_package):
+    """translate_batch's default sub-batches (32 examples: 160 decoder rows at beam 5) bound
+    its memory whatever the input's size: the peak RSS of 4,000 sentences at beam 5 is that
+    of 400 (within what 3,600 more results hold; one batch of 4,000 grew the decoder to 20,000
+    rows, its beams' float64 candidates to 20,000 x vocab)."""
+    import subprocess
+    import sys
+
+    peaks = {}
+    for times in (1, 10):
+        run = subprocess.run([sys.executable, "-c", PEAK_RSS, str(ed_package), str(times)],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        before, after = map(int, run.stdout.split())  # KiB
+        peaks[times] = after
+    assert peaks[10] <= peaks[1] + 12 * 1024  # KiB: 3,600 more results (~5 MB here)
