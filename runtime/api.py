@@ -1,6 +1,7 @@
 """Translator and Generator: text in, text out, over a model package (CTranslate2-like API).
 
     t = Translator("packages/multi30k")            # provider="auto": the CPU (see model.cpu_only)
+    t = Translator("packages/multi30k", settings=RuntimeSettings(variant="int8", threads=2))
     t.translate("a man rides a bike .")            # greedy
     t.translate_batch(texts, num_beams=4)          # any core.decoding.GenerationOptions field
     g = Generator("packages/shakespeare")
@@ -58,7 +59,7 @@ from .batching import (
 from .chat import ChatTemplateError
 from .model import Model, WarnOnce, pad
 from .results import GenerationResult, ScoringResult, TextHypothesis, TranslationResult
-from .session import Providers, SessionSettings
+from .session import Providers, RuntimeSettings, runtime_settings
 from .steppers import SlidingDecoder, give_back, start_decoder_only, start_encoder_decoder
 from .text import (
     StopCut,
@@ -156,8 +157,8 @@ class Translator(_Loaded):
     def __init__(
         self,
         package_path: str | os.PathLike,
-        variant: str = "fp32",
-        provider: str = "auto",
+        variant: str | None = None,
+        provider: str | None = None,
         threads: int | None = None,
         spinning: bool | None = None,
         session_options: ort.SessionOptions | None = None,
@@ -165,15 +166,25 @@ class Translator(_Loaded):
         async_workers: int = 1,
         max_quality_loss: float | None = None,
         inter_threads: int = 1,
+        *,
+        settings: RuntimeSettings | None = None,
     ):
+        """settings: how the package runs (RuntimeSettings); or its fields as the keyword
+        arguments variant ... max_quality_loss (None: RuntimeSettings' default), not both.
+        inter_threads: translate_file / translate_iterable's sub-batches translated at once."""
+        runtime = runtime_settings(
+            settings, variant=variant, provider=provider, threads=threads, spinning=spinning,
+            session_options=session_options, providers=providers,
+            max_quality_loss=max_quality_loss,
+        )  # fmt: skip
         # translate_file / translate_iterable: sub-batches translated at once, each on its own
         # thread (CTranslate2's inter_threads); then each gets cores // inter_threads threads
         self.batch_pool = WorkerPool(inter_threads, "inter_threads")
-        if threads is None and inter_threads > 1 and session_options is None:
-            threads = max(1, (os.cpu_count() or 1) // inter_threads)
-        settings = SessionSettings(threads, spinning, session_options, providers)
-        m = Model(package_path, "encoder-decoder", variant, provider, settings, max_quality_loss)
-        super().__init__(m, async_workers)
+        if runtime.threads is None and inter_threads > 1 and runtime.session_options is None:
+            runtime = dataclasses.replace(
+                runtime, threads=max(1, (os.cpu_count() or 1) // inter_threads)
+            )
+        super().__init__(Model(package_path, "encoder-decoder", runtime), async_workers)
 
     # ---- ids in, ids out ------------------------------------------------------------------
 
@@ -412,6 +423,21 @@ class Translator(_Loaded):
         source_lang / target_lang (a multilingual model's codes, e.g. "eng_Latn",
         "deu_Latn": one for all texts or one per text) pick the languages."""
         opts = self.model.options(**options)
+        return self.translate_results_with(texts, opts, target_prefix, truncate, source_lang,
+                                           target_lang)  # fmt: skip
+
+    def translate_results_with(
+        self,
+        texts: list[str],
+        opts: GenerationOptions,
+        target_prefix: Sequence[Prefix] | None = None,
+        truncate: bool = False,
+        source_lang: LanguageArg = None,
+        target_lang: LanguageArg = None,
+    ) -> list[TranslationResult]:
+        """translate_results with the options made already (`Model.options`: the package's
+        defaults under the caller's, validated when made), as the server makes a request's
+        once, before it is queued."""
         langs = (source_lang, target_lang)
         return self._results(texts, target_prefix, truncate, opts, True, langs)
 
@@ -605,18 +631,25 @@ class Generator(_Loaded):
     def __init__(
         self,
         package_path: str | os.PathLike,
-        variant: str = "fp32",
-        provider: str = "auto",
+        variant: str | None = None,
+        provider: str | None = None,
         threads: int | None = None,
         spinning: bool | None = None,
         session_options: ort.SessionOptions | None = None,
         providers: Providers | None = None,
         async_workers: int = 1,
         max_quality_loss: float | None = None,
+        *,
+        settings: RuntimeSettings | None = None,
     ):
-        settings = SessionSettings(threads, spinning, session_options, providers)
-        m = Model(package_path, "decoder-only", variant, provider, settings, max_quality_loss)
-        super().__init__(m, async_workers)
+        """settings: how the package runs (RuntimeSettings); or its fields as the keyword
+        arguments variant ... max_quality_loss (None: RuntimeSettings' default), not both."""
+        runtime = runtime_settings(
+            settings, variant=variant, provider=provider, threads=threads, spinning=spinning,
+            session_options=session_options, providers=providers,
+            max_quality_loss=max_quality_loss,
+        )  # fmt: skip
+        super().__init__(Model(package_path, "decoder-only", runtime), async_workers)
 
     # ---- ids in, ids out ------------------------------------------------------------------
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import collections.abc as abc
 import copy
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...core.constraints import log_softmax
-from ...core.decoding import DecodeInputs, PreparedOptions
+from ...core.decoding import DecodeInputs, GenerationOptions, PreparedOptions
 from ..api import Generator, Translator
 from ..chat import ChatTemplateError
 from ..text import StopCut, TextStream, stop_test
@@ -231,6 +231,16 @@ class ServedLM:
         self.scheduler.close()
 
 
+@dataclass
+class Translation:
+    """One translation request, checked: its texts, their languages, the options (made once)."""
+
+    texts: list[str]
+    opts: GenerationOptions
+    source_lang: str | None
+    target_lang: str | None
+
+
 class ServedTranslator:
     """An encoder-decoder package: /v1/translations (a request's texts as one batch)."""
 
@@ -240,7 +250,8 @@ class ServedTranslator:
         self.name, self.translator = name, translator
         self.model = translator.model
 
-    def prepare(self, body: Mapping) -> tuple[list[str], dict]:
+    def prepare(self, body: Mapping) -> Translation:
+        """The request's texts, languages and options, validated once (GenerationOptions)."""
         texts = body.get("input")
         if isinstance(texts, str):
             texts = [texts]
@@ -267,13 +278,14 @@ class ServedTranslator:
             raise
         except ValueError as e:
             raise options_error(e) from None
-        return texts, {**fields, **langs}
+        return Translation(texts, opts, langs["source_lang"], langs["target_lang"])
 
-    def translate(self, texts: Sequence[str], options: dict) -> tuple[list[str], int, int]:
+    def translate(self, req: Translation) -> tuple[list[str], int, int]:
         """(translations, source tokens, output tokens)."""
-        results = self.translator.translate_results(list(texts), **options)
-        lang = options.get("source_lang")
-        sources = sum(len(self.translator.source_ids(t, source_lang=lang)) for t in texts)
+        t, lang = self.translator, req.source_lang
+        results = t.translate_results_with(req.texts, req.opts, source_lang=lang,
+                                           target_lang=req.target_lang)  # fmt: skip
+        sources = sum(len(t.source_ids(text, source_lang=lang)) for text in req.texts)
         made = sum(len(r.hypotheses[0].ids) for r in results if r.hypotheses)
         return [r.text for r in results], sources, made
 
