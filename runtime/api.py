@@ -120,6 +120,18 @@ def _needs_results(opts: GenerationOptions) -> bool:
     )
 
 
+@dataclasses.dataclass
+class SourcePlan:
+    """One text's translation for a caller that runs the decoding steps itself (the server's
+    continuous batch, runtime/serve/scheduler.py): what Translator.translate_results would
+    decode for it, prepared once."""
+
+    source: list[int]  # its source ids, in the model's frame (+ EOS)
+    opts: GenerationOptions  # prepared for it (Model.prepare; the forced tokens counted)
+    inputs: DecodeInputs  # EOS, the text API's bans, the forced first tokens, stop strings
+    forced: list[int]  # the target's forced first tokens (a language), output's first tokens
+
+
 class _Loaded:
     """What Translator and Generator share: the loaded package and the text API's state."""
 
@@ -440,6 +452,32 @@ class Translator(_Loaded):
         once, before it is queued."""
         langs = (source_lang, target_lang)
         return self._results(texts, target_prefix, truncate, opts, True, langs)
+
+    def plan(
+        self, text: str, opts: GenerationOptions, source_lang: str | None = None,
+        target_lang: str | None = None,
+    ) -> SourcePlan | None:  # fmt: skip
+        """What decoding `text` takes with `opts` (Model.options: validated once), for a caller
+        that steps the decoder itself: translate_results' source ids, prepared options and
+        decoding inputs for one text (None: an empty text, translated to ''). ValueError as
+        translate_results."""
+        m = self.model
+        source = self.source_ids(text, False, opts.max_input_length, source_lang)
+        if not source:
+            return None
+        forced = self._forced(target_lang, 1)[0]
+        prefixes = [forced] if forced else None
+        prepared = counting_forced(self._prepare(opts, len(forced)), len(forced))
+        stops = list(prepared.stop)
+        stop = stop_test(m.decode, stops, [[]], [len(forced)]) if stops else None
+        inputs = DecodeInputs(m.eos_id, None, self.banned_ids, prefixes, stop=stop)
+        return SourcePlan(source, prepared, inputs, forced)
+
+    def plan_text(self, plan: SourcePlan, tokens: list[int]) -> str:
+        """The translation of a planned text from the tokens its decoding chose (the forced
+        ones first): as translate_results gives it, cut before a stop string."""
+        decode = self.model.decode
+        return cut_at_stop(decode(tokens), list(plan.opts.stop), len(decode(plan.forced)))
 
     def translate_batch(
         self,

@@ -118,7 +118,7 @@ def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
     if command == "serve":  # the continuous batch's rows
         g.add_argument(
             "--batch-size", "--max-batch-size", dest="batch_size", type=int, default=16,
-            metavar="N", help="requests decoding at once (rows of a language model's "
+            metavar="N", help="requests decoding at once (rows of a model's "
             "continuous batch); more wait for a row (default: 16)",
         )  # fmt: skip
     else:

@@ -78,7 +78,7 @@ class Metrics:
         stepping = Gauge("edgeformer_decode_step_seconds", "time in batched decoder steps",
                          ["model"], registry=r)  # fmt: skip
         for name, served in models.items():
-            if isinstance(served, ServedLM):
+            if isinstance(served, (ServedLM, ServedTranslator)):
                 s = served.scheduler
                 waiting.labels(name).set_function(functools.partial(getattr, s, "queue_depth"))
                 running.labels(name).set_function(functools.partial(getattr, s, "running"))
@@ -477,7 +477,7 @@ def app_of(server: Server) -> Starlette:
 @dataclass(frozen=True)
 class ServeConfig:
     """What `edgeformer serve` serves and how: every package runs with `runtime` (as a
-    Translator / Generator given it), a language model batches as `batch` says."""
+    Translator / Generator given it), a language model or translator batches as `batch` says."""
 
     packages: tuple[str, ...]  # PKG or NAME=PKG
     batch: BatchSettings = BatchSettings()
@@ -516,7 +516,8 @@ def load_models(config: ServeConfig) -> dict[str, Served]:
             continue
         family = load_package(path).family
         if family == "encoder-decoder":
-            models[name] = ServedTranslator(name, Translator(path, settings=runtime))
+            translator = Translator(path, settings=runtime)
+            models[name] = ServedTranslator(name, translator, config.batch)
         else:
             gen = Generator(path, settings=runtime)
             models[name] = ServedLM(name, gen, config.batch, config.truncate)

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve") -> None:
 def add_serving_arguments(p: argparse.ArgumentParser) -> None:
     """How the packages run and batch: serve's and serve-bench's flags (the runtime's are
     every command's: runtime/commands.py add_runtime_arguments)."""
-    b = p.add_argument_group("continuous batching (language models)")
+    b = p.add_argument_group("continuous batching (language models; translators: a row per text)")
     b.add_argument("--context", type=int, default=0, metavar="N",
                    help="cache positions per request: prompt + new tokens (default: the "
                    "model's max_len, at most 4096)")  # fmt: skip
