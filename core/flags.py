@@ -10,7 +10,8 @@
 A field's metadata holds its help text, its flags (default: --field-name), metavar, the
 Hugging Face generation_config.json name it maps to (`hf`), and the commands it belongs to.
 Booleans that default to False are switches (`--sample`), those that default to True get a
-`--no-` form; sequences are repeatable flags.
+`--no-` form, those declared with choices=ON_OFF take `on` / `off` (None when not given:
+another rule decides); sequences are repeatable flags.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def doc(
 
 
 METAVARS = {int: "N", float: "X", str: "TEXT"}
+ON_OFF = ("on", "off")  # choices of a boolean flag that takes a value: --spinning on
+
+
+def on_off(text: str) -> bool:
+    """argparse's type for an ON_OFF boolean: 'on' -> True, 'off' -> False."""
+    if text not in ON_OFF:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from 'on', 'off')")
+    return text == "on"
 
 
 def _base_type(t: Any) -> Any:
@@ -136,7 +145,9 @@ def add_flags(
         help_text = meta["help"] + (f" (default: {shown})" if shown else "")
         names = flag_names(f)
         kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
-        if base is bool:
+        if base is bool and meta.get("choices") == ON_OFF:
+            kw["type"], kw["metavar"] = on_off, "{on,off}"
+        elif base is bool:
             if f.default is True or default is not None:  # a preset may have turned it on
                 kw["action"] = argparse.BooleanOptionalAction
             else:

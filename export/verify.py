@@ -82,7 +82,7 @@ def compare_variants(
     PyTorch runs once for all of them. scales: given, gets each call's largest |logit| of
     PyTorch's."""
     from ..runtime.model import Model
-    from ..runtime.session import SessionSettings
+    from ..runtime.session import RuntimeSettings
     from ..runtime.verify import forced_logits
 
     cfg = model.cfg
@@ -93,7 +93,8 @@ def compare_variants(
         scales.extend(float(np.abs(r).max()) for r in ref)
     diffs: dict[str, list[float]] = {}
     for variant in variants:
-        runtime = Model(package.path, cfg.family, variant, "cpu", SessionSettings(threads=1))
+        settings = RuntimeSettings(variant, threads=1, provider="cpu")
+        runtime = Model(package.path, cfg.family, settings)
         got = forced_logits(runtime, ids, mask, tokens)
         diffs[variant] = [float(np.abs(a - b).max()) for a, b in zip(ref, got)]
     return diffs

@@ -14,6 +14,7 @@ from .api import (
 from .chat import ChatTemplateError
 from .embed import Embedder, Reranker
 from .package import load_package
+from .session import RuntimeSettings
 
 __all__ = [
     "Translator",
@@ -21,6 +22,7 @@ __all__ = [
     "Embedder",
     "Reranker",
     "GenerationOptions",
+    "RuntimeSettings",
     "ScoringResult",
     "TranslationResult",
     "GenerationResult",

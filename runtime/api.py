@@ -1,6 +1,7 @@
 """Translator and Generator: text in, text out, over a model package (CTranslate2-like API).
 
     t = Translator("packages/multi30k")            # provider="auto": the CPU (see model.cpu_only)
+    t = Translator("packages/multi30k", settings=RuntimeSettings(variant="int8", threads=2))
     t.translate("a man rides a bike .")            # greedy
     t.translate_batch(texts, num_beams=4)          # any core.decoding.GenerationOptions field
     g = Generator("packages/shakespeare")
@@ -60,7 +61,7 @@ from .batching import (
 from .chat import ChatTemplateError
 from .model import Model, WarnOnce, pad
 from .results import GenerationResult, ScoringResult, TextHypothesis, TranslationResult
-from .session import Providers, SessionSettings
+from .session import Providers, RuntimeSettings, runtime_settings
 from .steppers import SlidingDecoder, give_back, start_decoder_only, start_encoder_decoder
 from .text import (
     StopCut,
@@ -121,6 +122,18 @@ def _needs_results(opts: GenerationOptions) -> bool:
     )
 
 
+@dataclasses.dataclass
+class SourcePlan:
+    """One text's translation for a caller that runs the decoding steps itself (the server's
+    continuous batch, runtime/serve/scheduler.py): what Translator.translate_results would
+    decode for it, prepared once."""
+
+    source: list[int]  # its source ids, in the model's frame (+ EOS)
+    opts: GenerationOptions  # prepared for it (Model.prepare; the forced tokens counted)
+    inputs: DecodeInputs  # EOS, the text API's bans, the forced first tokens, stop strings
+    forced: list[int]  # the target's forced first tokens (a language), output's first tokens
+
+
 class _Loaded:
     """What Translator and Generator share: the loaded package and the text API's state."""
 
@@ -158,8 +171,8 @@ class Translator(_Loaded):
     def __init__(
         self,
         package_path: str | os.PathLike,
-        variant: str = "fp32",
-        provider: str = "auto",
+        variant: str | None = None,
+        provider: str | None = None,
         threads: int | None = None,
         spinning: bool | None = None,
         session_options: ort.SessionOptions | None = None,
@@ -167,15 +180,25 @@ class Translator(_Loaded):
         async_workers: int = 1,
         max_quality_loss: float | None = None,
         inter_threads: int = 1,
+        *,
+        settings: RuntimeSettings | None = None,
     ):
+        """settings: how the package runs (RuntimeSettings); or its fields as the keyword
+        arguments variant ... max_quality_loss (None: RuntimeSettings' default), not both.
+        inter_threads: translate_file / translate_iterable's sub-batches translated at once."""
+        runtime = runtime_settings(
+            settings, variant=variant, provider=provider, threads=threads, spinning=spinning,
+            session_options=session_options, providers=providers,
+            max_quality_loss=max_quality_loss,
+        )  # fmt: skip
         # translate_file / translate_iterable: sub-batches translated at once, each on its own
         # thread (CTranslate2's inter_threads); then each gets cores // inter_threads threads
         self.batch_pool = WorkerPool(inter_threads, "inter_threads")
-        if threads is None and inter_threads > 1 and session_options is None:
-            threads = max(1, (os.cpu_count() or 1) // inter_threads)
-        settings = SessionSettings(threads, spinning, session_options, providers)
-        m = Model(package_path, "encoder-decoder", variant, provider, settings, max_quality_loss)
-        super().__init__(m, async_workers)
+        if runtime.threads is None and inter_threads > 1 and runtime.session_options is None:
+            runtime = dataclasses.replace(
+                runtime, threads=max(1, (os.cpu_count() or 1) // inter_threads)
+            )
+        super().__init__(Model(package_path, "encoder-decoder", runtime), async_workers)
 
     # ---- ids in, ids out ------------------------------------------------------------------
 
@@ -427,8 +450,49 @@ class Translator(_Loaded):
         (batch_type "tokens"; 0: 32 examples or 1,024 tokens), as CTranslate2's."""
         batching = call_batching(max_batch_size, batch_type)
         opts = self.model.options(**options)
+        return self.translate_results_with(texts, opts, target_prefix, truncate, source_lang,
+                                           target_lang)  # fmt: skip
+
+    def translate_results_with(
+        self,
+        texts: list[str],
+        opts: GenerationOptions,
+        target_prefix: Sequence[Prefix] | None = None,
+        truncate: bool = False,
+        source_lang: LanguageArg = None,
+        target_lang: LanguageArg = None,
+    ) -> list[TranslationResult]:
+        """translate_results with the options made already (`Model.options`: the package's
+        defaults under the caller's, validated when made), as the server makes a request's
+        once, before it is queued."""
         langs = (source_lang, target_lang)
         return self._results(texts, target_prefix, truncate, opts, True, langs, batching)
+
+    def plan(
+        self, text: str, opts: GenerationOptions, source_lang: str | None = None,
+        target_lang: str | None = None,
+    ) -> SourcePlan | None:  # fmt: skip
+        """What decoding `text` takes with `opts` (Model.options: validated once), for a caller
+        that steps the decoder itself: translate_results' source ids, prepared options and
+        decoding inputs for one text (None: an empty text, translated to ''). ValueError as
+        translate_results."""
+        m = self.model
+        source = self.source_ids(text, False, opts.max_input_length, source_lang)
+        if not source:
+            return None
+        forced = self._forced(target_lang, 1)[0]
+        prefixes = [forced] if forced else None
+        prepared = counting_forced(self._prepare(opts, len(forced)), len(forced))
+        stops = list(prepared.stop)
+        stop = stop_test(m.decode, stops, [[]], [len(forced)]) if stops else None
+        inputs = DecodeInputs(m.eos_id, None, self.banned_ids, prefixes, stop=stop)
+        return SourcePlan(source, prepared, inputs, forced)
+
+    def plan_text(self, plan: SourcePlan, tokens: list[int]) -> str:
+        """The translation of a planned text from the tokens its decoding chose (the forced
+        ones first): as translate_results gives it, cut before a stop string."""
+        decode = self.model.decode
+        return cut_at_stop(decode(tokens), list(plan.opts.stop), len(decode(plan.forced)))
 
     def translate_batch(
         self,
@@ -632,18 +696,25 @@ class Generator(_Loaded):
     def __init__(
         self,
         package_path: str | os.PathLike,
-        variant: str = "fp32",
-        provider: str = "auto",
+        variant: str | None = None,
+        provider: str | None = None,
         threads: int | None = None,
         spinning: bool | None = None,
         session_options: ort.SessionOptions | None = None,
         providers: Providers | None = None,
         async_workers: int = 1,
         max_quality_loss: float | None = None,
+        *,
+        settings: RuntimeSettings | None = None,
     ):
-        settings = SessionSettings(threads, spinning, session_options, providers)
-        m = Model(package_path, "decoder-only", variant, provider, settings, max_quality_loss)
-        super().__init__(m, async_workers)
+        """settings: how the package runs (RuntimeSettings); or its fields as the keyword
+        arguments variant ... max_quality_loss (None: RuntimeSettings' default), not both."""
+        runtime = runtime_settings(
+            settings, variant=variant, provider=provider, threads=threads, spinning=spinning,
+            session_options=session_options, providers=providers,
+            max_quality_loss=max_quality_loss,
+        )  # fmt: skip
+        super().__init__(Model(package_path, "decoder-only", runtime), async_workers)
 
     # ---- ids in, ids out ------------------------------------------------------------------
 

@@ -34,13 +34,13 @@ from ..core.data import held_out_description
 from ..core.decoding import GenerationOptions
 from ..core.files import atomic_text
 from ..core.flags import add_flags, did_you_mean, given
-from ..core.format import VARIANTS
 from ..core.progress import Progress, count_lines, is_terminal
 from ..core.schema import HELD_OUT_KEYS
-from ..core.variants import MAX_QUALITY_LOSS, pick_variant
+from ..core.variants import pick_variant
 from .api import Generator, Translator
 from .batching import BATCH_TYPES, READ_AHEAD, Throughput
 from .package import BUNDLED, DEFAULT_PACKAGE, Package, bundled_name
+from .session import RuntimeSettings
 from .text import text_problem
 
 log = logging.getLogger("edgeformer")
@@ -115,20 +115,13 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
 
 
 def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
-    """Variant, threads and batching: how the package runs (Translator / Generator arguments)."""
-    g.add_argument(
-        "--variant", default="fp32", choices=(*VARIANTS, "auto"),
-        help="which of the package's variants runs; auto: the fastest export measured within "
-        "the quality bounds (edgeformer info shows its choice) (default: fp32)",
-    )  # fmt: skip
-    g.add_argument(
-        "--threads", type=int, default=None, metavar="N",
-        help="onnxruntime intra-op threads (default: one per core)",
-    )  # fmt: skip
+    """How the package runs (RuntimeSettings' fields, as flags: core.flags) and how its inputs
+    are batched and fitted."""
+    add_flags(g, RuntimeSettings, command)
     if command == "serve":  # the continuous batch's rows
         g.add_argument(
             "--batch-size", "--max-batch-size", dest="batch_size", type=int, default=16,
-            metavar="N", help="requests decoding at once (rows of a language model's "
+            metavar="N", help="requests decoding at once (rows of a model's "
             "continuous batch); more wait for a row (default: 16)",
         )  # fmt: skip
     else:  # --batch-type is translate's only
@@ -140,22 +133,6 @@ def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
         )  # fmt: skip
     if command == "score":
         return
-    g.add_argument(
-        "--max-quality-loss", type=float, default=None, metavar="X",
-        help="--variant auto: the largest 1 - agreement with PyTorch accepted (default: none "
-        "where export measured held-out quality, whose bounds decide; else "
-        f"{MAX_QUALITY_LOSS})",
-    )  # fmt: skip
-    g.add_argument(
-        "--provider", default="auto", choices=("auto", "cpu"),
-        help="onnxruntime execution provider; auto is the CPU provider, the one the package's "
-        "graphs are built for (default: auto)",
-    )  # fmt: skip
-    g.add_argument(
-        "--spinning", choices=("on", "off"), default=None,
-        help="let idle onnxruntime threads spin between calls (default: on for the decoder, "
-        "off for the encoder: measured fastest)",
-    )  # fmt: skip
     g.add_argument(
         "--truncate", action="store_true",
         help="cut inputs longer than the model's max_len (default: such an input is an error)",
@@ -383,15 +360,16 @@ def run(args: argparse.Namespace) -> int:
     return run_generate(args, model, options)
 
 
+def runtime_of(args: argparse.Namespace) -> RuntimeSettings:
+    """The RuntimeSettings the runtime flags say (add_runtime_arguments; the others default)."""
+    return RuntimeSettings(**given(args, RuntimeSettings))
+
+
 def load(args: argparse.Namespace) -> Translator | Generator:
-    spinning = None if args.spinning is None else args.spinning == "on"
-    common = dict(
-        variant=args.variant, provider=args.provider, threads=args.threads, spinning=spinning,
-        max_quality_loss=args.max_quality_loss,
-    )  # fmt: skip
+    settings = runtime_of(args)
     if args.command == "translate":
-        return Translator(args.package, inter_threads=args.inter_threads, **common)
-    return Generator(args.package, **common)
+        return Translator(args.package, inter_threads=args.inter_threads, settings=settings)
+    return Generator(args.package, settings=settings)
 
 
 class BadLines:
@@ -484,7 +462,7 @@ def run_score(args: argparse.Namespace) -> int:
 
     family = load_package(args.package, verify=False).family
     cls = Translator if family == "encoder-decoder" else Generator
-    model = cls(args.package, args.variant, "cpu", args.threads)
+    model = cls(args.package, settings=runtime_of(args))
     total, count, seen = 0.0, 0, 0
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} must be >= 1")

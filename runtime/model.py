@@ -37,7 +37,7 @@ from ..core.schema import PackageError
 from ..core.variants import pick_variant
 from .chat import ChatTemplate, ChatTemplateError, chat_template_of
 from .package import Package, load_package
-from .session import PROVIDERS, SessionSettings
+from .session import PROVIDERS, RuntimeSettings, SessionSettings
 from .steppers import Graph
 from .structured import Grammars, compile_constraint
 from .tokenizer import check_probe, guarded, load_tokenizer
@@ -180,25 +180,22 @@ class Model:
         self,
         package_path: str | os.PathLike,
         family: str,
-        variant: str = "fp32",
-        provider: str = "auto",
-        settings: SessionSettings | None = None,
-        max_quality_loss: float | None = None,
+        settings: RuntimeSettings | None = None,
     ):
-        settings = settings or SessionSettings()
+        runtime = settings or RuntimeSettings()  # checked when made
+        sessions = runtime.sessions()
         pkg: Package = load_package(package_path)
-        self.variant_reason = "asked for"
+        variant, self.variant_reason = runtime.variant, "asked for"
         if variant == "auto":  # export's measurements decide (core.variants.pick_variant)
-            variant, self.variant_reason = pick_variant(pkg.config, max_quality_loss)
+            variant, self.variant_reason = pick_variant(pkg.config, runtime.max_quality_loss)
         if pkg.family != family:
             use = "Translator" if pkg.family == "encoder-decoder" else "Generator"
             raise PackageError(
                 f"model package {pkg.path} is {pkg.family}, not {family}: use {use} "
                 f"(edgeformer {'translate' if use == 'Translator' else 'generate'})"
             )
-        if settings.providers is not None and provider != "auto":
-            raise ValueError(f"provider={provider!r} and providers=[...] given: choose one")
-        provider = cpu_only(provider)
+        provider = cpu_only(runtime.provider)
+        self.settings = runtime
         self.package, self.family, self.variant = pkg, family, variant
         check_onnxruntime(pkg)
         self.config = pkg.config
@@ -247,7 +244,7 @@ class Model:
         self.graphs: dict[str, Graph] = {}
         for graph in graph_names(family):
             try:
-                sess = settings.session(pkg.file(graph, variant), graph)
+                sess = sessions.session(pkg.file(graph, variant), graph)
             except ValueError:
                 raise
             except Exception as e:  # onnxruntime refused the graph (corrupt, escaping data, ...)
@@ -267,13 +264,13 @@ class Model:
                 )
             self.graphs[graph] = Graph(sess)
         check_graph_sizes(pkg, self.graphs)
-        if family == "encoder-decoder" and one_thread_encoder(settings, self.config.model):
+        if family == "encoder-decoder" and one_thread_encoder(sessions, self.config.model):
             path = pkg.file("encoder", variant)
-            self.graphs["encoder"].one_row = settings.one_thread().session(path, "encoder")
+            self.graphs["encoder"].one_row = sessions.one_thread().session(path, "encoder")
         # what the sessions run on: "cpu", or the providers asked for (onnxruntime's names)
         self.provider = (
             provider
-            if settings.providers is None
+            if sessions.providers is None
             else ",".join(self.graphs["decoder"].session.get_providers())
         )
 

@@ -1,7 +1,11 @@
-"""onnxruntime sessions: the one session factory (CPU provider), threads and spinning.
+"""How a package runs (RuntimeSettings) and the one session factory (CPU provider, threads and
+spinning: SessionSettings).
 
-Packages decode on the CPU provider (runtime.api.cpu_only says why); PROVIDERS are the names a
-caller may ask for.
+RuntimeSettings is the one declaration of variant, threads, provider, spinning and the quality
+bound of variant="auto": Translator / Generator take it (settings=, or its fields as keyword
+arguments), the commands' runtime flags are derived from it (core.flags) and `edgeformer serve`
+holds one (ServeConfig.runtime). Packages decode on the CPU provider (runtime.model.cpu_only
+says why); PROVIDERS are the names a caller may ask for.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from dataclasses import dataclass
 import onnxruntime as ort
 
 from ..core.contract import MAX_THREADS_FLOOR, MAX_THREADS_PER_CORE
+from ..core.flags import ON_OFF, doc
+from ..core.format import VARIANTS
+from ..core.variants import MAX_QUALITY_LOSS
 
 PROVIDERS = ("auto", "cpu", "cuda")
 CPU = "CPUExecutionProvider"
@@ -109,6 +116,80 @@ class SessionSettings:
     def session(self, path: str | os.PathLike, graph: str) -> ort.InferenceSession:
         spinning = SPINNING[graph] if self.spinning is None else self.spinning
         return create_session(path, self.threads, spinning, self.options, self.providers)
+
+
+RUNNING = ("translate", "generate", "serve")  # the commands with every runtime flag
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """How a package runs: which variant, on how many threads, which provider, whether idle
+    threads spin, the quality bound of variant="auto". The one declaration: Translator /
+    Generator take it (settings=RuntimeSettings(...), or these fields as keyword arguments),
+    the commands' --variant / --threads / --provider / --spinning / --max-quality-loss flags are
+    its fields (core.flags, these help texts), `edgeformer serve` runs every package with one.
+    Checked when made (a ValueError naming the field); the variant's name is checked against
+    the package when it loads."""
+
+    variant: str = doc(
+        "fp32", "which of the package's variants runs; auto: the fastest export measured within "
+        "the quality bounds (edgeformer info shows its choice)", choices=(*VARIANTS, "auto"),
+    )  # fmt: skip
+    threads: int | None = doc(
+        None, "onnxruntime intra-op threads", metavar="N", shown="one per core"
+    )
+    provider: str = doc(
+        "auto", "onnxruntime execution provider; auto is the CPU provider, the one the "
+        "package's graphs are built for", choices=("auto", "cpu"), commands=RUNNING,
+    )  # fmt: skip
+    spinning: bool | None = doc(
+        None, "let idle onnxruntime threads spin between calls", choices=ON_OFF,
+        shown="on for the decoder, off for the encoder: measured fastest", commands=RUNNING,
+    )  # fmt: skip
+    max_quality_loss: float | None = doc(
+        None, "--variant auto: the largest 1 - agreement with PyTorch accepted", metavar="X",
+        shown="none where export measured held-out quality, whose bounds decide; else "
+        f"{MAX_QUALITY_LOSS}", commands=RUNNING,
+    )  # fmt: skip
+    # the Python API's only (no flags): a caller's onnxruntime SessionOptions / providers
+    session_options: ort.SessionOptions | None = None
+    providers: Providers | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.variant, str) or not self.variant:
+            raise ValueError(f"variant={self.variant!r} must be a variant's name or 'auto'")
+        if self.provider not in PROVIDERS:
+            raise ValueError(f"provider={self.provider!r}, expected one of {PROVIDERS}")
+        if self.spinning is not None and not isinstance(self.spinning, bool):
+            raise ValueError(f"spinning={self.spinning!r} must be True, False or None")
+        loss = self.max_quality_loss
+        if loss is not None and (
+            isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss <= 1
+        ):
+            raise ValueError(f"max_quality_loss={loss!r} must be a number in [0, 1]")
+        if self.providers is not None and self.provider != "auto":
+            raise ValueError(f"provider={self.provider!r} and providers=[...] given: choose one")
+        self.sessions()  # threads, session options and providers, checked there
+
+    def sessions(self) -> SessionSettings:
+        """How this package's sessions are made."""
+        return SessionSettings(self.threads, self.spinning, self.session_options, self.providers)
+
+
+def runtime_settings(settings: RuntimeSettings | None = None, **fields: object) -> RuntimeSettings:
+    """`settings`, or RuntimeSettings of the keyword arguments that are not None (Translator /
+    Generator's: variant=..., threads=..., the fields' names); both: a ValueError."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    if settings is None:
+        return RuntimeSettings(**given)  # type: ignore[arg-type]
+    if not isinstance(settings, RuntimeSettings):
+        raise ValueError(f"settings must be a RuntimeSettings, got {type(settings).__name__}")
+    if given:
+        raise ValueError(
+            f"settings=RuntimeSettings(...) and {', '.join(f'{k}=' for k in given)} given: put "
+            "them in the settings"
+        )
+    return settings
 
 
 def ort_log_severity(level: int) -> int:

@@ -324,6 +324,11 @@ class CachedDecoder:
         self._bind_state()
         return i
 
+    def set_static(self, static: dict[str, np.ndarray]) -> None:
+        """A continuous batch of translations: the static inputs (stack_static) of the rows it
+        is about to hold, its rows in use and the one `admit` adds next, bound by that admit."""
+        self._set_static(static)
+
     def empty(self) -> None:
         """No row in use (every request of a continuous batch has left); buffers kept."""
         self.n, self.source = 0, np.arange(0)
@@ -392,6 +397,41 @@ def source_lengths(decoder: Graph, src_mask: np.ndarray) -> dict[str, np.ndarray
         ED_LENGTHS[2]: (src_mask.sum(axis=1) - 1).astype(np.int32),
         ED_LENGTHS[3]: np.array(src_mask.shape[1], dtype=np.int32),
     }
+
+
+def stack_static(rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One batch's static inputs from rows of different requests, each its own one-row
+    decoder's (`CachedDecoder.static`, start_encoder_decoder's): cross K/V (1, H, S_i, D) and a
+    source mask (1, S_i, older formats) zero-padded to the longest source, per-row lengths and
+    format 4's last-source K/V stacked, encoder_total_sequence_length that longest source: as
+    right-padded sources of one batch are given (source_lengths)."""
+    width = max(int(r[name].shape[2]) for r in rows for name in r if _source_axis(name) == 2)
+    out = {}
+    for name in rows[0]:
+        axis = _source_axis(name)
+        if name == ED_LENGTHS[3]:
+            out[name] = np.array(width, dtype=np.int32)
+        elif axis is None:
+            out[name] = np.concatenate([r[name] for r in rows])
+        else:
+            first = rows[0][name]
+            shape = (len(rows), *first.shape[1:axis], width, *first.shape[axis + 1 :])
+            stacked = np.zeros(shape, dtype=first.dtype)
+            for i, r in enumerate(rows):
+                row = r[name][0]  # (H, S_i, D) or (S_i,)
+                if axis == 2:
+                    stacked[i, :, : row.shape[1]] = row
+                else:
+                    stacked[i, : row.shape[0]] = row
+            out[name] = stacked
+    return out
+
+
+def _source_axis(name: str) -> int | None:
+    """The source positions' axis of an encoder-decoder step's static input (None: none)."""
+    if name.endswith((".encoder.key", ".encoder.value")):
+        return 2  # (B, H, S, D)
+    return 1 if name == "encoder_attention_mask" else None
 
 
 def start_encoder_decoder(

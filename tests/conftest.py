@@ -253,9 +253,11 @@ def served(chat_package):
     serve_extra()
     from edgeformer.runtime.serve.app import ServeConfig, Server, app_of, load_models, running
     from edgeformer.runtime.serve.scheduler import BatchSettings
+    from edgeformer.runtime.session import RuntimeSettings
 
     config = ServeConfig(("shakespeare", f"bard={chat_package}", "m30k-en-de"),
-                         BatchSettings(max_batch=4, prefix_cache_mb=8), threads=1)  # fmt: skip
+                         BatchSettings(max_batch=4, prefix_cache_mb=8),
+                         runtime=RuntimeSettings(threads=1))  # fmt: skip
     server = Server(load_models(config))
     with running(app_of(server)) as url:
         yield url, server

@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from ...core.schema import PackageError
 from ..api import Generator, Translator
+from ..session import RuntimeSettings
 from .embeddings import ServedEmbedder
 from .engine import Piece, Request, ServedLM, ServedTranslator, TokenLogprob
 from .protocol import APIError, bad, check_fields, options_error, parse_body
@@ -77,7 +78,7 @@ class Metrics:
         stepping = Gauge("edgeformer_decode_step_seconds", "time in batched decoder steps",
                          ["model"], registry=r)  # fmt: skip
         for name, served in models.items():
-            if isinstance(served, ServedLM):
+            if isinstance(served, (ServedLM, ServedTranslator)):
                 s = served.scheduler
                 waiting.labels(name).set_function(functools.partial(getattr, s, "queue_depth"))
                 running.labels(name).set_function(functools.partial(getattr, s, "running"))
@@ -228,10 +229,10 @@ class Server:
         check_fields(body, "translation")
         served = self.model(body, "translate")
         assert isinstance(served, ServedTranslator)
-        texts, options = served.prepare(body)
+        req = served.prepare(body)
         start = time.perf_counter()
         try:
-            out, sources, made = await asyncio.to_thread(served.translate, texts, options)
+            out, sources, made = await asyncio.to_thread(served.translate, req)
         except PackageError:
             raise
         except ValueError as e:  # an option the model refuses (prepared there, once)
@@ -475,15 +476,12 @@ def app_of(server: Server) -> Starlette:
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """What `edgeformer serve` serves and how (the Translator / Generator arguments)."""
+    """What `edgeformer serve` serves and how: every package runs with `runtime` (as a
+    Translator / Generator given it), a language model or translator batches as `batch` says."""
 
     packages: tuple[str, ...]  # PKG or NAME=PKG
     batch: BatchSettings = BatchSettings()
-    variant: str = "fp32"
-    provider: str = "auto"
-    threads: int | None = None
-    spinning: bool | None = None
-    max_quality_loss: float | None = None
+    runtime: RuntimeSettings = RuntimeSettings()
     truncate: bool = False  # prompts longer than the context keep their end
     api_key: str | None = None
 
@@ -507,21 +505,21 @@ def load_models(config: ServeConfig) -> dict[str, Served]:
     from ..package import load_package
 
     models: dict[str, Served] = {}
-    kwargs = dict(variant=config.variant, provider=config.provider, threads=config.threads,
-                  spinning=config.spinning, max_quality_loss=config.max_quality_loss)  # fmt: skip
+    runtime = config.runtime
     for spec in config.packages:
         name, path = named(spec)
         if name in models:
             raise ValueError(f"two packages are named {name!r}: name them (NAME=PKG)")
         if is_encoder_package(path):
-            embedder = Embedder(path, config.variant, threads=config.threads)
+            embedder = Embedder(path, runtime.variant, settings=runtime.sessions())
             models[name] = ServedEmbedder(name, embedder, config.truncate)
             continue
         family = load_package(path).family
         if family == "encoder-decoder":
-            models[name] = ServedTranslator(name, Translator(path, **kwargs))  # type: ignore[arg-type]
+            translator = Translator(path, settings=runtime)
+            models[name] = ServedTranslator(name, translator, config.batch)
         else:
-            gen = Generator(path, **kwargs)  # type: ignore[arg-type]
+            gen = Generator(path, settings=runtime)
             models[name] = ServedLM(name, gen, config.batch, config.truncate)
     return models
 

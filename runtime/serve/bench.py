@@ -8,6 +8,11 @@ prompt the previous one, its reply and a new message: token ids), with and witho
 cache: each turn's TTFT and the prompt tokens the cache held. Prints tables and writes JSON
 (--out). The clients are threads of this process on http.client (stdlib), the server uvicorn
 on a thread.
+
+`--against NAME=URL`: another OpenAI-compatible server (llama.cpp's `python -m
+llama_cpp.server`, say) gets the same requests, its rounds interleaved with ours, and its own
+rows, its speedup over its own one-by-one run. `python -m edgeformer.benchmarks.serve_peers`
+runs it against llama.cpp's server on the same model (benchmarks/serve_peers.py).
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ def one_request(url: str, body: dict) -> Sample:
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
-    ttft, tokens, cached = None, 0, 0
+    ttft, usage, chunks, cached = None, None, 0, 0
     for raw in response:
         line = raw.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -82,12 +87,16 @@ def one_request(url: str, body: dict) -> Sample:
         if "error" in data:
             raise RuntimeError(data["error"]["message"])
         if data.get("usage"):
-            tokens = data["usage"]["completion_tokens"]
-            cached = data["usage"]["prompt_tokens_details"]["cached_tokens"]
-        elif ttft is None and data["choices"] and data["choices"][0]["text"]:
-            ttft = time.perf_counter() - start
+            usage = data["usage"]["completion_tokens"]
+            cached = (data["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        elif data.get("choices") and data["choices"][0].get("text"):
+            chunks += 1
+            if ttft is None:
+                ttft = time.perf_counter() - start
     latency = time.perf_counter() - start
     conn.close()
+    # a server that sends no usage (llama.cpp's): its chunks, one per token
+    tokens = usage if usage is not None else chunks
     return Sample(latency, ttft if ttft is not None else latency, tokens, cached)
 
 
@@ -207,6 +216,12 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve-bench") -> N
         metavar="FILE",
         help="write the results as JSON there (default: print only)",
     )
+    p.add_argument(
+        "--against", action="append", default=[], metavar="NAME=URL",
+        help="also send the same requests to the OpenAI-compatible server at URL, as model "
+        "NAME (llama.cpp's python -m llama_cpp.server, say), its rounds interleaved with ours "
+        "(repeatable) (default: none)",
+    )  # fmt: skip
     add_serving_arguments(p)
     for action in p._actions:  # the runs repeat their prompts: no prefix cache unless asked
         if action.dest == "prefix_cache_mb":
@@ -215,39 +230,88 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve-bench") -> N
             action.help += "sends the same prompts)"
 
 
-def run(args: argparse.Namespace) -> int:
-    counts = [int(c) for c in args.clients.split(",")]
-    if not counts or min(counts) < 1 or min(args.requests, args.max_tokens, args.rounds) < 1:
-        raise ValueError("--clients, --requests, --max-tokens and --rounds must be >= 1")
-    name, _ = named(args.package)
-    config = config_of(args, [args.package])
-    app = create_app(config)
-    body = {"model": name, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    bodies = [{**body, "prompt": PROMPTS[i % len(PROMPTS)]} for i in range(args.requests)]
-    rows: list[Row] = []
-    levels = [1, *[c for c in counts if c != 1]]
-    rounds: dict[int, list[tuple[list[Sample], float]]] = {c: [] for c in levels}
-    with running(app) as url:
-        run_clients(url, bodies[:2], 1)  # warm-up
-        for _ in range(args.rounds):  # interleaved: each level sees the same host load
+def peers_of(args: argparse.Namespace) -> dict[str, str]:
+    """--against NAME=URL -> {NAME: URL}."""
+    peers = {}
+    for spec in args.against:
+        name, sep, url = spec.partition("=")
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise ValueError(f"--against {spec!r}: give NAME=http://HOST:PORT")
+        peers[name] = url.rstrip("/")
+    return peers
+
+
+def measure(
+    servers: dict[str, str], bodies: list[dict], levels: list[int], rounds: int
+) -> dict[str, dict[int, list[tuple[list[Sample], float]]]]:
+    """Every server ({model name: base URL}) under each client count, `rounds` times,
+    interleaved (each round: every server at every level), after a warm-up; the bodies are
+    sent with each server's model name."""
+    out: dict[str, dict[int, list[tuple[list[Sample], float]]]] = {
+        name: {c: [] for c in levels} for name in servers
+    }
+    sent = {name: [{**b, "model": name} for b in bodies] for name in servers}
+    for name, url in servers.items():
+        run_clients(url, sent[name][:2], 1)  # warm-up
+    for _ in range(rounds):  # interleaved: each level and server sees the same host load
+        for name, url in servers.items():
             for c in levels:
-                rounds[c].append(run_clients(url, bodies, c))
-    base = None
-    for c in levels:
+                out[name][c].append(run_clients(url, sent[name], c))
+    return out
+
+
+def rows_of(rounds: dict[int, list[tuple[list[Sample], float]]], counts: list[int]) -> list[Row]:
+    """The summary rows of one server's rounds, speedups over its one-client run."""
+    rows, base = [], None
+    for c in rounds:  # the one-client level first (measure's levels)
         row = summary(c, rounds[c], base)
         base = base or row.tokens_per_s
         if c in counts:
             rows.append(row)
+    return rows
+
+
+def run(
+    args: argparse.Namespace, peers: dict[str, str] | None = None,
+    prompts: list[str] | None = None,
+) -> int:  # fmt: skip
+    """The bench; `peers` (besides --against's) and `prompts` (default: PROMPTS) are
+    benchmarks/serve_peers.py's."""
+    counts = [int(c) for c in args.clients.split(",")]
+    if not counts or min(counts) < 1 or min(args.requests, args.max_tokens, args.rounds) < 1:
+        raise ValueError("--clients, --requests, --max-tokens and --rounds must be >= 1")
+    peers = {**peers_of(args), **(peers or {})}
+    name, _ = named(args.package)
+    if name in peers:
+        raise ValueError(f"--against {name}=...: {name} is the package's name")
+    config = config_of(args, [args.package])
+    app = create_app(config)
+    n = args.max_tokens  # min_tokens: the peers' way to make every request as long
+    body = {"model": name, "max_tokens": n, "min_tokens": n, "temperature": 0,
+            "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    texts = prompts or PROMPTS
+    bodies = [{**body, "prompt": texts[i % len(texts)]} for i in range(args.requests)]
+    levels = [1, *[c for c in counts if c != 1]]
+    with running(app) as url:
+        measured = measure({name: url, **peers}, bodies, levels, args.rounds)
+    rows = rows_of(measured[name], counts)
+    against = {peer: rows_of(measured[peer], counts) for peer in peers}
     print(table(rows))
+    for peer, peer_rows in against.items():
+        print(f"\n{peer} ({peers[peer]}), the same requests:")
+        print(table(peer_rows))
     turns = measure_turns(args, config, body) if args.turns > 0 else []
     if turns:
         print()
         print(turns_table(turns))
     if args.out is not None:
         result = {"package": args.package, "requests": args.requests, "rounds": args.rounds,
-                  "load_average": os.getloadavg()[0],
-                  "max_tokens": args.max_tokens, "rows": [asdict(r) for r in rows],
+                  "load_average": os.getloadavg()[0], "cpus": os.cpu_count(),
+                  "threads": config.runtime.threads, "max_tokens": args.max_tokens,
+                  "prompts": texts, "rows": [asdict(r) for r in rows],
+                  "against": {p: {"url": peers[p], "rows": [asdict(r) for r in r_]}
+                              for p, r_ in against.items()},
                   "turns": [asdict(t) for t in turns]}  # fmt: skip
         with atomic_text(args.out) as f:
             f.write(json.dumps(result, indent=1) + "\n")
@@ -258,7 +322,7 @@ def measure_turns(args: argparse.Namespace, config: ServeConfig, body: dict) -> 
     """The conversation on a server with a prefix cache and on one without."""
     from ..package import load_package
 
-    m = load_package(args.package).config.model
+    m = load_package(named(args.package)[1]).config.model
     room = min(m.max_len, config.batch.context or m.max_len) - args.max_tokens
     body = {**body, "ignore_eos": True}
     kept = dataclasses.replace(config.batch, prefix_cache_mb=config.batch.prefix_cache_mb or 64)

@@ -12,7 +12,7 @@ import argparse
 import logging
 import os
 
-from ..commands import PACKAGE_HELP, add_runtime_arguments
+from ..commands import PACKAGE_HELP, add_runtime_arguments, runtime_of
 from .app import ServeConfig
 from .scheduler import BatchSettings
 
@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "serve") -> None:
 def add_serving_arguments(p: argparse.ArgumentParser) -> None:
     """How the packages run and batch: serve's and serve-bench's flags (the runtime's are
     every command's: runtime/commands.py add_runtime_arguments)."""
-    b = p.add_argument_group("continuous batching (language models)")
+    b = p.add_argument_group("continuous batching (language models; translators: a row per text)")
     b.add_argument("--context", type=int, default=0, metavar="N",
                    help="cache positions per request: prompt + new tokens (default: the "
                    "model's max_len, at most 4096)")  # fmt: skip
@@ -64,9 +64,8 @@ def config_of(args: argparse.Namespace, packages: list[str]) -> ServeConfig:
         max_waiting=args.max_waiting,
     )  # fmt: skip
     return ServeConfig(
-        tuple(packages), batch, args.variant, args.provider, args.threads,
-        None if args.spinning is None else args.spinning == "on", args.max_quality_loss,
-        args.truncate, getattr(args, "api_key", None) or os.environ.get(API_KEY_ENV) or None,
+        tuple(packages), batch, runtime_of(args), args.truncate,
+        getattr(args, "api_key", None) or os.environ.get(API_KEY_ENV) or None,
     )  # fmt: skip
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 import collections.abc as abc
 import copy
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...core.constraints import log_softmax
-from ...core.decoding import DecodeInputs, PreparedOptions
-from ..api import Generator, Translator
+from ...core.decoding import DecodeInputs, GenerationOptions, PreparedOptions
+from ..api import Generator, SourcePlan, Translator
 from ..chat import ChatTemplateError
 from ..text import StopCut, TextStream, stop_test
 from .protocol import (
@@ -231,16 +232,36 @@ class ServedLM:
         self.scheduler.close()
 
 
+@dataclass
+class Translation:
+    """One translation request, checked: its texts, their languages, the options (made once)."""
+
+    texts: list[str]
+    opts: GenerationOptions
+    source_lang: str | None
+    target_lang: str | None
+
+
+def batched(opts: GenerationOptions) -> bool:
+    """Options whose texts decode in the continuous batch, a row each: greedy or sampling
+    with one output per text (beam search and alternatives run as their own batch)."""
+    return opts.num_beams == 1 and opts.num_hypotheses == 1 and not opts.return_alternatives
+
+
 class ServedTranslator:
-    """An encoder-decoder package: /v1/translations (a request's texts as one batch)."""
+    """An encoder-decoder package: /v1/translations. Greedy and sampled texts decode in the
+    continuous batch (a row per text, joining between steps); beam search as one batch of the
+    request's texts (Translator.translate_results)."""
 
     kind = "translate"
 
-    def __init__(self, name: str, translator: Translator):
+    def __init__(self, name: str, translator: Translator, settings: BatchSettings):
         self.name, self.translator = name, translator
         self.model = translator.model
+        self.scheduler = BatchScheduler(self.model, settings)
 
-    def prepare(self, body: Mapping) -> tuple[list[str], dict]:
+    def prepare(self, body: Mapping) -> Translation:
+        """The request's texts, languages and options, validated once (GenerationOptions)."""
         texts = body.get("input")
         if isinstance(texts, str):
             texts = [texts]
@@ -267,15 +288,42 @@ class ServedTranslator:
             raise
         except ValueError as e:
             raise options_error(e) from None
-        return texts, {**fields, **langs}
+        return Translation(texts, opts, langs["source_lang"], langs["target_lang"])
 
-    def translate(self, texts: Sequence[str], options: dict) -> tuple[list[str], int, int]:
+    def translate(self, req: Translation) -> tuple[list[str], int, int]:
         """(translations, source tokens, output tokens)."""
-        results = self.translator.translate_results(list(texts), **options)
-        lang = options.get("source_lang")
-        sources = sum(len(self.translator.source_ids(t, source_lang=lang)) for t in texts)
+        t, lang = self.translator, req.source_lang
+        if batched(req.opts):
+            return self.translate_rows(req)
+        results = t.translate_results_with(req.texts, req.opts, source_lang=lang,
+                                           target_lang=req.target_lang)  # fmt: skip
+        sources = sum(len(t.source_ids(text, source_lang=lang)) for text in req.texts)
         made = sum(len(r.hypotheses[0].ids) for r in results if r.hypotheses)
         return [r.text for r in results], sources, made
 
+    def translate_rows(self, req: Translation) -> tuple[list[str], int, int]:
+        """Each text a row of the continuous batch, decoded on a thread of its own."""
+        t = self.translator
+        plans = [t.plan(text, req.opts, req.source_lang, req.target_lang) for text in req.texts]
+        todo = [p for p in plans if p is not None]
+        with ThreadPoolExecutor(max(1, len(todo)), "edgeformer-translation") as pool:
+            found = dict(zip(map(id, todo), pool.map(self.decode_row, todo)))
+        out = ["" if p is None else t.plan_text(p, found[id(p)]) for p in plans]
+        sources = sum(len(p.source) for p in todo)
+        return out, sources, sum(map(len, found.values()))
+
+    def decode_row(self, plan: SourcePlan) -> list[int]:
+        """The tokens one planned text's decoding chooses in the batch (forced ones first)."""
+        tokens = []
+        found = self.scheduler.decode(plan.source, plan.opts, plan.inputs)
+        try:
+            for step, _, _ in found:
+                if step.ended[0]:
+                    break
+                tokens.append(int(step.tokens[0]))
+        finally:
+            found.close()
+        return tokens
+
     def close(self) -> None:
-        pass
+        self.scheduler.close()

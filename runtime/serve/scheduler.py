@@ -1,4 +1,4 @@
-"""Continuous batching: the requests to one language model share its decoder's steps.
+"""Continuous batching: the requests to one model share its decoder's steps.
 
 One CachedDecoder of `max_batch` rows (runtime/steppers.py) holds every running request's KV
 cache, a row each, rows at different positions (the step graph takes each row's length). A
@@ -12,6 +12,11 @@ Each request decodes on its own thread with core.decoding.steps, the loop every 
 the batch's next step. The scheduler's thread runs the graph: once every row in the batch has
 handed over its next token (or left), one step for all of them. So a request's tokens are
 those of the same request run alone; only the step's logits are computed in a batch.
+
+A translator's batch is the same, a row per text: the text's source is encoded and its first
+(BOS) step run on a one-row decoder (start_encoder_decoder), then that row's cache and its
+cross K/V join the batch, the cross K/V of all rows zero-padded to the longest source
+(steppers.stack_static, as one batch's right-padded sources are); no prefix cache.
 """
 
 from __future__ import annotations
@@ -24,9 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...core.decoding import DecodeInputs, PreparedOptions, Step, steps
+from ...core.decoding import DecodeInputs, GenerationOptions, Step, steps
 from ..model import Model
-from ..steppers import CachedDecoder, give_back, take_decoder
+from ..steppers import (
+    CachedDecoder,
+    give_back,
+    stack_static,
+    start_encoder_decoder,
+    take_decoder,
+)
 from .prefix_cache import PrefixCache
 
 DEFAULT_CONTEXT = 4096  # a long-context model's rows do not each reserve its whole context
@@ -65,7 +76,8 @@ class Row:
 
     def __init__(self, scheduler: BatchScheduler, prompt: list[int]):
         self.scheduler = scheduler
-        self.prompt = prompt
+        self.prompt = prompt  # a translator's: the source ids
+        self.static: dict[str, np.ndarray] = {}  # a translator's: its cross K/V, source length
         self.fed = list(prompt)  # the tokens in its cache (what the prefix cache keeps)
         self.token: int | None = None  # its next token, handed over for the next step
         self.logits: np.ndarray | None = None  # (1, V): its last step's, for decoding
@@ -103,12 +115,11 @@ class Counters:
 
 
 class BatchScheduler:
-    """The continuous batch of one decoder-only Model (see the module's docstring)."""
+    """The continuous batch of one Model (see the module's docstring)."""
 
     def __init__(self, model: Model, settings: BatchSettings = BatchSettings()):
-        if model.family != "decoder-only":
-            raise ValueError("continuous batching serves decoder-only packages")
         self.model, self.settings = model, settings
+        self.translator = model.family == "encoder-decoder"
         self.graph, cfg = model.graphs["decoder"], model.config
         self.capacity = min(model.max_len, settings.context or DEFAULT_CONTEXT)
         m = cfg.model
@@ -117,7 +128,8 @@ class BatchScheduler:
             settings.max_batch,
         )  # fmt: skip
         self.batch.empty()
-        self.prefix = PrefixCache(int(settings.prefix_cache_mb * 2**20))
+        cached = 0 if self.translator else settings.prefix_cache_mb  # sources share no prefix
+        self.prefix = PrefixCache(int(cached * 2**20))
         self.rows: list[Row] = []  # row i of self.batch
         self.waiting: deque[Row] = deque()
         self.cond = threading.Condition()
@@ -170,10 +182,11 @@ class BatchScheduler:
             self.cond.notify_all()
 
     def decode(
-        self, prompt: list[int], opts: PreparedOptions, inputs: DecodeInputs,
+        self, prompt: list[int], opts: GenerationOptions, inputs: DecodeInputs,
         stop: threading.Event | None = None,
     ) -> abc.Generator[tuple[Step, np.ndarray, Row], None, None]:  # fmt: skip
-        """core.decoding.steps for one prompt in the batch: (step, the logits it chose from
+        """core.decoding.steps for one prompt (a translator's: source) in the batch: (step,
+        the logits it chose from
         as the model gave them, the row). The row is freed when the loop ends, when `stop`
         is set (checked at each step) or when the caller closes the iterator."""
         try:
@@ -243,7 +256,7 @@ class BatchScheduler:
         """Free the rows that left; their caches go to the prefix cache."""
         for i in leaving:
             row = self.rows[i]
-            if len(row.fed) == int(self.batch.lengths[i]):
+            if self.prefix.max_bytes > 0 and len(row.fed) == int(self.batch.lengths[i]):
                 self.prefix.add(row.fed, self.batch.row_cache(i))
         gone = set(leaving)
         keep = [i for i in range(len(self.rows)) if i not in gone]
@@ -268,8 +281,12 @@ class BatchScheduler:
             r.ready.set()
 
     def _admit(self, row: Row) -> None:
-        """Prefill `row`'s prompt after its cached prefix and put it in the batch."""
+        """Prefill `row`'s prompt after its cached prefix (a translator's: encode its source,
+        run its first step) and put it in the batch."""
         if row.left:  # its client went away while it waited
+            return
+        if self.translator:
+            self._admit_source(row)
             return
         prompt = row.prompt
         entry, k = self.prefix.lookup(prompt)
@@ -286,5 +303,24 @@ class BatchScheduler:
         c.cached_tokens += k
         c.admitted += 1
         row.cached, row.logits, row.raw = k, logits, logits.copy()
+        self.rows.append(row)
+        row.ready.set()
+
+    def _admit_source(self, row: Row) -> None:
+        """A translation's row: its source encoded and its BOS step run on a one-row decoder,
+        whose cache (one position) and cross K/V join the batch."""
+        m = self.model
+        src = np.asarray([row.prompt], dtype=np.int64)
+        one, logits = start_encoder_decoder(m.graphs, m.config, src, np.ones_like(src),
+                                            self.capacity)  # fmt: skip
+        row.static = dict(one.static)  # its own arrays: a reused decoder binds new ones
+        self.batch.set_static(stack_static([r.static for r in self.rows] + [row.static]))
+        self.batch.admit({n: b[0] for n, b in one.buffers.items()}, 1)
+        give_back(one)
+        c = self.counters
+        c.prefilled_tokens += len(row.prompt)
+        c.admitted += 1
+        row.fed = [m.bos_id]
+        row.logits, row.raw = logits, logits.copy()
         self.rows.append(row)
         row.ready.set()

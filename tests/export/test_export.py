@@ -218,11 +218,11 @@ def test_cache_is_written_in_place(lm_package, lm_checkpoint):
     """The buffer bound as past_key_values.* holds PyTorch's keys after prefill and a step:
     GroupQueryAttention wrote into it (no copy came back through numpy)."""
     from edgeformer.runtime.model import Model
-    from edgeformer.runtime.session import SessionSettings
+    from edgeformer.runtime.session import RuntimeSettings
     from edgeformer.runtime.steppers import start_decoder_only
 
     model = load_checkpoint(lm_checkpoint)[0]
-    runtime = Model(lm_package, "decoder-only", settings=SessionSettings(threads=1))
+    runtime = Model(lm_package, "decoder-only", settings=RuntimeSettings(threads=1))
     ids = np.array([[5, 6, 7, 8], [9, 10, 0, 0]])
     mask = (ids > 0).astype(np.int64)
     stepper, _ = start_decoder_only(runtime.graphs, runtime.config, ids, mask, 4)
@@ -240,10 +240,10 @@ def test_cross_kv_are_bound_in_place(ed_package):
     writes them into the bound cross buffer at position L_b - 1, where they already are: the
     buffers stay the encoder's, and a changed last_key shows up there (the write is in place)."""
     from edgeformer.runtime.model import Model
-    from edgeformer.runtime.session import SessionSettings
+    from edgeformer.runtime.session import RuntimeSettings
     from edgeformer.runtime.steppers import start_encoder_decoder
 
-    runtime = Model(ed_package, "encoder-decoder", settings=SessionSettings(threads=1))
+    runtime = Model(ed_package, "encoder-decoder", settings=RuntimeSettings(threads=1))
     src = np.array([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
     mask = (np.arange(5)[None] < np.array([[5], [3]])).astype(np.int64)
     stepper, _ = start_encoder_decoder(runtime.graphs, runtime.config, src, mask, 4)

@@ -127,12 +127,12 @@ def test_padded_cache_holds_pytorchs_keys(exported):
     """The cache's first D dims of each head are PyTorch's keys (after rotary) and values, the
     padded dims stay zero."""
     from edgeformer.runtime.model import Model
-    from edgeformer.runtime.session import SessionSettings
+    from edgeformer.runtime.session import RuntimeSettings
     from edgeformer.runtime.steppers import start_decoder_only
 
     cfg, ckpt, pkg = exported(PADDED_LM)
     model = load_checkpoint(ckpt)[0]
-    runtime = Model(pkg, LM, settings=SessionSettings(threads=1))
+    runtime = Model(pkg, LM, settings=RuntimeSettings(threads=1))
     ids = np.array([[5, 6, 7, 8], [9, 10, 0, 0]])
     stepper, _ = start_decoder_only(runtime.graphs, runtime.config, ids, (ids > 0) * 1, 2)
     stepper.step(np.array([11, 12]))

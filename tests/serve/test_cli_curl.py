@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -98,3 +99,28 @@ def test_serve_bench_writes_its_table_and_json(tmp_path):
     for before, turn in zip(turns, turns[1:]):  # the previous prompt, and any reply token
         cached = turn["cached_tokens"]  # that matched the next message's
         assert before["prompt_tokens"] <= cached < turn["prompt_tokens"]
+
+
+def test_serve_bench_against_another_server(tmp_path):
+    """--against NAME=URL: the same requests to another OpenAI-compatible server (here a
+    second one of ours, serving the model as NAME), its own rows and speedups."""
+    from edgeformer.runtime import RuntimeSettings
+    from edgeformer.runtime.serve import bench
+    from edgeformer.runtime.serve.app import ServeConfig, create_app, running
+
+    out = tmp_path / "bench.json"
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    with running(create_app(ServeConfig(("peer=shakespeare",),
+                                        runtime=RuntimeSettings(threads=1)))) as peer:  # fmt: skip
+        args = parser.parse_args(["shakespeare", "--clients", "1,2", "--requests", "3",
+                                  "--max-tokens", "4", "--threads", "1", "--rounds", "1",
+                                  "--turns", "0", "--against", f"peer={peer}",
+                                  "--out", str(out)])  # fmt: skip
+        assert bench.run(args) == 0
+    result = json.loads(out.read_text())
+    rows = result["against"]["peer"]["rows"]
+    assert [r["clients"] for r in rows] == [1, 2] and rows[0]["speedup"] == 1.0
+    assert all(r["requests"] == 3 and r["tokens_per_s"] > 0 for r in rows + result["rows"])
+    with pytest.raises(ValueError, match="NAME=http"):
+        bench.peers_of(parser.parse_args(["shakespeare", "--against", "localhost:8000"]))

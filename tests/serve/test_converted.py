@@ -19,6 +19,7 @@ from edgeformer.export import export_package
 from edgeformer.models.hf import convert_hf
 from edgeformer.runtime.serve.app import ServeConfig, Server, app_of, load_models, running
 from edgeformer.runtime.serve.scheduler import BatchSettings
+from edgeformer.runtime.session import RuntimeSettings
 
 CHATS = [
     [{"role": "user", "content": "Hello there!"}],
@@ -48,7 +49,9 @@ def instruct(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(instruct):
-    config = ServeConfig((f"qwen={instruct[2]}",), BatchSettings(max_batch=4), threads=1)
+    config = ServeConfig(
+        (f"qwen={instruct[2]}",), BatchSettings(max_batch=4), runtime=RuntimeSettings(threads=1)
+    )
     server = Server(load_models(config))
     with running(app_of(server)) as url:
         yield url, server

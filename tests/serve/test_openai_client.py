@@ -11,7 +11,7 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="needs the openai package (the test extra)")
 
-from edgeformer.runtime import Generator
+from edgeformer.runtime import GenerationOptions, Generator, RuntimeSettings
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +172,37 @@ def test_translation_route(url):
     assert zero.status_code == 400 and zero.json()["error"]["param"] == "max_tokens"
 
 
+def test_options_are_made_once_per_request(served, monkeypatch):
+    """A completion's and a translation's options are made (GenerationOptions, validated) once:
+    when the request comes; the decoding uses them as they are. Every served model runs with
+    the server's one RuntimeSettings."""
+    url, server = served
+    made: list[str] = []
+    for name in ("shakespeare", "m30k-en-de"):
+        model = server.models[name].model
+        assert model.settings == RuntimeSettings(threads=1), name
+        options = model.options
+
+        def counted(name=name, options=options, **fields):
+            made.append(name)
+            return options(**fields)
+
+        monkeypatch.setattr(model, "options", counted)
+    checked = []
+    post_init = GenerationOptions.__post_init__
+    monkeypatch.setattr(GenerationOptions, "__post_init__",
+                        lambda self: (checked.append(1), post_init(self))[1])  # fmt: skip
+    got = httpx.post(f"{url}/v1/translations", timeout=30,
+                     json={"model": "m30k-en-de", "input": ["A man.", "Two dogs."],
+                           "max_tokens": 5})  # fmt: skip
+    assert got.status_code == 200, got.text
+    assert made == ["m30k-en-de"] and len(checked) == 1
+    body = {"model": "shakespeare", "prompt": "ROMEO:", "max_tokens": 5}
+    got = httpx.post(f"{url}/v1/completions", timeout=30, json=body)
+    assert got.status_code == 200, got.text
+    assert made == ["m30k-en-de", "shakespeare"] and len(checked) == 2
+
+
 def test_a_client_that_goes_away_mid_stream_frees_its_row(served, monkeypatch):
     """Steps slowed to 20 ms (the tiny model's take 0.2): the 55 asked would take over a
     second; the row leaves a few steps after the client does."""
@@ -261,7 +292,9 @@ def test_health_and_metrics(url, client):
 def test_api_key(chat_package):
     from edgeformer.runtime.serve.app import ServeConfig, create_app, running
 
-    app = create_app(ServeConfig(("shakespeare",), api_key="sesame", threads=1))
+    app = create_app(
+        ServeConfig(("shakespeare",), api_key="sesame", runtime=RuntimeSettings(threads=1))
+    )
     with running(app) as url:
         wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="nope", max_retries=0, timeout=10)
         with pytest.raises(openai.AuthenticationError):

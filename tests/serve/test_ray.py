@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray", reason="needs Ray Serve (the ray extra)")
 serve = pytest.importorskip("ray.serve", reason="needs Ray Serve (the ray extra)")
 openai = pytest.importorskip("openai", reason="needs the openai package (the test extra)")
 
-from edgeformer.runtime import Generator
+from edgeformer.runtime import Generator, RuntimeSettings
 from edgeformer.runtime.serve.app import ServeConfig
 from edgeformer.runtime.serve.ray_app import deployment
 
@@ -28,7 +28,7 @@ def ray_url():
              log_to_driver=False)  # fmt: skip
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        config = ServeConfig(("shakespeare",), threads=1)
+        config = ServeConfig(("shakespeare",), runtime=RuntimeSettings(threads=1))
         serve.run(deployment(config, replicas=2, cpus_per_replica=0.5), route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -199,3 +199,56 @@ def test_truncate_keeps_the_end_of_a_long_prompt(generator):
         assert got == generator.generate(text[-40:], max_new_tokens=1)
     finally:
         lm.close()
+
+
+# ---- translators: a row per text ------------------------------------------------------------
+
+SOURCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman.",
+           "A little girl in a pink dress is climbing the stairs of a wooden house.",
+           "People walk.", "A boy jumps into a lake from a rock."]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def translator():
+    from edgeformer.runtime import Translator
+
+    return Translator("m30k-en-de", threads=1)
+
+
+def test_translations_share_the_batch_and_equal_alone(translator):
+    """Six sources of different lengths on 4 rows, each with its own max_tokens: each text a
+    row, rows joining and leaving between steps, the cross K/V padded to the longest source in
+    the batch; greedy outputs equal each text translated alone."""
+    from edgeformer.runtime.serve.engine import ServedTranslator
+
+    served = ServedTranslator("m30k-en-de", translator, BatchSettings(max_batch=4))
+    try:
+        out: list = [None] * len(SOURCES)
+        go = threading.Barrier(len(SOURCES))
+
+        def run(i: int) -> None:
+            req = served.prepare({"input": SOURCES[i], "max_tokens": 6 + 3 * i})
+            go.wait()
+            out[i] = served.translate(req)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(SOURCES))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        alone = [translator.translate(s, max_new_tokens=6 + 3 * i) for i, s in enumerate(SOURCES)]
+        assert [o[0][0] for o in out] == alone
+        assert [o[1] for o in out] == [len(translator.source_ids(s)) for s in SOURCES]
+        c = served.scheduler.counters
+        assert c.admitted == len(SOURCES) and c.stepped_rows / c.steps > 1.5
+        assert served.scheduler.running == 0
+        # several texts of one request: rows of the same batch; beam search: its own batch
+        several = [*SOURCES[:3], " ", SOURCES[3]]  # an empty text translates to ''
+        texts, _, _ = served.translate(served.prepare({"input": several, "stop": ["."]}))
+        assert texts == translator.translate_batch(several, stop=["."]) and texts[3] == ""
+        beams = served.prepare({"input": SOURCES[:2], "num_beams": 3})
+        admitted = c.admitted
+        assert served.translate(beams)[0] == translator.translate_batch(SOURCES[:2], num_beams=3)
+        assert c.admitted == admitted
+    finally:
+        served.close()

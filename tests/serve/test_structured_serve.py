@@ -16,6 +16,7 @@ openai = pytest.importorskip("openai", reason="needs the openai package (the tes
 
 from edgeformer.runtime.serve.app import ServeConfig, Server, app_of, load_models, running
 from edgeformer.runtime.serve.scheduler import BatchSettings
+from edgeformer.runtime.session import RuntimeSettings
 
 SCHEMA = {
     "type": "object",
@@ -34,7 +35,7 @@ MESSAGES = [{"role": "user", "content": "the weather?"}]
 @pytest.fixture(scope="module")
 def server(byte_lm):
     config = ServeConfig((f"json={byte_lm}", "shakespeare"), BatchSettings(max_batch=4),
-                         threads=1)  # fmt: skip
+                         runtime=RuntimeSettings(threads=1))  # fmt: skip
     with running(app_of(Server(load_models(config)))) as url:
         yield url
 
