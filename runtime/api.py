@@ -451,7 +451,7 @@ class Translator(_Loaded):
         batching = call_batching(max_batch_size, batch_type)
         opts = self.model.options(**options)
         return self.translate_results_with(texts, opts, target_prefix, truncate, source_lang,
-                                           target_lang)  # fmt: skip
+                                           target_lang, batching)  # fmt: skip
 
     def translate_results_with(
         self,
@@ -461,10 +461,12 @@ class Translator(_Loaded):
         truncate: bool = False,
         source_lang: LanguageArg = None,
         target_lang: LanguageArg = None,
+        batching: Batching | None = None,
     ) -> list[TranslationResult]:
         """translate_results with the options made already (`Model.options`: the package's
         defaults under the caller's, validated when made), as the server makes a request's
-        once, before it is queued."""
+        once, before it is queued; batching: call_batching's (None: its default)."""
+        batching = batching or call_batching(0, "examples")
         langs = (source_lang, target_lang)
         return self._results(texts, target_prefix, truncate, opts, True, langs, batching)
 
