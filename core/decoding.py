@@ -53,11 +53,13 @@ from .options import (
     as_prepared,
     prepare_options,
 )
+from .speculative import Speculation, accept_sampled
 
 __all__ = [  # the options are core.options'; imported from here too
     "LM", "MAX_BEAMS", "DecodeInputs", "GenerationOptions", "Hypothesis", "PreparedOptions",
-    "Step", "Stepper", "StopTest", "beam_search", "decode", "filter_logits", "generate",
-    "greedy_or_sample", "iter_tokens", "log_softmax", "prepare_options", "score", "steps",
+    "Step", "Stepper", "StopTest", "Verifier", "beam_search", "decode", "filter_logits", "generate",
+    "greedy_or_sample", "iter_tokens", "log_softmax", "prepare_options", "sampling_probs", "score",
+    "steps",
 ]  # fmt: skip
 
 
@@ -65,6 +67,18 @@ class Stepper(Protocol):
     def step(self, tokens: np.ndarray) -> np.ndarray: ...
 
     def select(self, rows: np.ndarray) -> None: ...
+
+
+class Verifier(Stepper, Protocol):
+    """A one-row stepper that also takes several tokens in one call (speculative decoding)."""
+
+    def verify(self, tokens: np.ndarray) -> np.ndarray:
+        """(T,) new tokens -> (T, V) the logits after each; the cache grows by T."""
+        ...
+
+    def drop_last(self, n: int) -> None:
+        """The cache's last n tokens taken back (rejected drafts)."""
+        ...
 
 
 @dataclass
@@ -89,6 +103,8 @@ class DecodeInputs:
     prefixes: Sequence[Sequence[int]] | None = None  # forced first tokens of each row
     ranks: Sequence[int] | None = None  # the token after the prefix is the rank-th best
     stop: StopTest | None = None  # a row stops once stop(row, its tokens) says so
+    # a one-row greedy / sampling decode drafts with it (the stepper is then a Verifier)
+    speculation: Speculation | None = None
 
     def repeat(self, batch: int, n: int, ranked: bool) -> DecodeInputs:
         """Each of the `batch` rows n times in a row (`stop` still sees the original row);
@@ -122,6 +138,17 @@ def _choose(
         if raw is not None:
             _check_model(raw)
         raise ValueError(ALL_BANNED)  # a chosen -inf: every token of its row is banned
+    probs = sampling_probs(logits, opts, raw)
+    u = rng.random(len(probs))[:, None]
+    return np.minimum((np.cumsum(probs, axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1)
+
+
+def sampling_probs(
+    logits: np.ndarray, opts: GenerationOptions, raw: np.ndarray | None = None
+) -> np.ndarray:
+    """(N, V) the distributions sampling draws from, of adjusted logits (temperature, top-k,
+    top-p); a ValueError for a model's NaN (`raw`: the logits before adjusting) or a row with
+    nothing to sample."""
     if raw is not None:
         _check_model(raw)
     if not np.isfinite(logits.max(axis=-1)).all():  # every token banned (tiny vocabularies)
@@ -132,9 +159,7 @@ def _choose(
             f"sampling has no token with a finite probability (temperature={opts.temperature}, "
             f"top_k={opts.top_k}, top_p={opts.top_p})"
         )
-    probs = np.exp(log_softmax(logits))  # max subtracted first: never overflows
-    u = rng.random(len(probs))[:, None]
-    return np.minimum((np.cumsum(probs, axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1)
+    return np.exp(log_softmax(logits))  # max subtracted first: never overflows
 
 
 def _greedy_one(
@@ -169,6 +194,87 @@ def _greedy_one(
         logits = stepper.step(tokens)
 
 
+def _speculative_one(
+    first_logits: np.ndarray, stepper: Verifier, opts: PreparedOptions, inputs: DecodeInputs,
+    rules: Processors, max_new: int, scores: bool,
+) -> Iterator[Step]:  # fmt: skip
+    """`steps` for one row, drafting: each target call verifies the drafted tokens after the
+    token just chosen (core/speculative.py), one Step per token kept. The processors see the
+    tokens kept only, in order, as in plain decoding: a drafted token is judged by the logits
+    adjusted as they would be had it been decoded plainly."""
+    spec = inputs.speculation
+    assert spec is not None and inputs.context is not None
+    stats, stop = spec.stats, inputs.stop
+    rng = np.random.default_rng(opts.seed)
+    ends = set(end_ids(opts, inputs.eos_id).tolist())
+    row = np.zeros(1, dtype=np.int64)
+    history = list(inputs.context[0])  # the prompt, then every token kept
+    seq: list[int] = []
+
+    def emitted(tok: int, adjusted: np.ndarray) -> tuple[Step, bool]:
+        """The Step of a kept token, and whether the row ends with it."""
+        lps = None
+        if scores:
+            lps = log_softmax(adjusted.astype(np.float64))[:, tok]
+        end = tok in ends
+        done = end or len(seq) + 1 == max_new
+        if not end:
+            seq.append(tok)
+            done = done or (stop is not None and stop(0, seq))
+        stats.tokens += 1
+        return Step(row, np.array([tok], dtype=np.int64), lps, np.array([end])), done
+
+    logits = first_logits
+    chosen: tuple[int, np.ndarray] | None = None  # a token the last verification chose
+    while True:
+        if chosen is None:
+            adjusted = rules.apply(logits, len(seq), in_place=True)
+            tok = int(_choose(adjusted, opts, rng, raw=logits)[0])
+        else:
+            tok, adjusted = chosen
+        step, done = emitted(tok, adjusted)
+        yield step
+        if done:
+            return
+        rules.observe(step.tokens)
+        history.append(tok)
+        # drafts fed with `tok`: the last of max_new tokens is chosen, never fed (the cache
+        # holds the prompt and max_new - 1 tokens)
+        k = min(spec.tokens, max_new - len(seq) - 1)
+        draft = spec.drafter.propose(history, k) if k > 0 else None
+        if draft is None or not draft.tokens:
+            stats.steps += 1
+            logits, chosen = stepper.step(step.tokens), None
+            continue
+        stats.verifications += 1
+        stats.drafted += len(draft.tokens)
+        block = stepper.verify(np.array([tok, *draft.tokens], dtype=np.int64))  # (1 + k, V)
+        chosen, kept = None, 0
+        for j, d in enumerate(draft.tokens):
+            logits = block[j : j + 1]
+            adjusted = rules.apply(logits, len(seq), in_place=True)
+            if opts.sampling:
+                p = sampling_probs(adjusted, opts, raw=logits)[0]
+                q = None if draft.probs is None else draft.probs[j]
+                c = accept_sampled(p, d, q, rng)
+            else:
+                c = int(_choose(adjusted, opts, rng, raw=logits)[0])
+            if c != d:
+                chosen = (c, adjusted)
+                break
+            step, done = emitted(d, adjusted)
+            stats.accepted += 1
+            yield step
+            if done:
+                return
+            rules.observe(step.tokens)
+            history.append(d)
+            kept += 1
+        stepper.drop_last(len(draft.tokens) - kept)
+        if chosen is None:  # every draft kept: the target's own next token, after the last
+            logits = block[-1:]
+
+
 class Step(NamedTuple):
     """One step of the greedy / sampling loop, for the rows still running (original indices)."""
 
@@ -199,6 +305,12 @@ def steps(
     forcing = _Forcing(inputs.prefixes, inputs.ranks, n)
     stop = inputs.stop
     max_new = _new_tokens(opts)
+    if n == 1 and inputs.speculation is not None and not forcing.on:
+        assert inputs.context is not None, "speculation drafts from the prompt"
+        yield from _speculative_one(
+            first_logits, stepper, opts, inputs, rules, max_new, scores  # type: ignore[arg-type]
+        )  # fmt: skip
+        return
     if n == 1 and not (opts.sampling or scores or forcing.on or stop) and rules.bans_only:
         held = max_new if opts.ignore_eos else opts.min_new_tokens  # steps with ends banned
         yield from _greedy_one(first_logits, stepper, max_new, ends, rules.banned, held)

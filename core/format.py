@@ -35,7 +35,10 @@ masks 1 = real token; float tensors float32):
                    present.{i}.encoder.key|value (B,H,S,D)
   LM decoder   in  input_ids (B,T), position_ids (B,T), attention_mask (B,L),
                    past_key_values.{i}.key|value (B,G,M,D)
-               out logits (B,V), present.{i}.key|value (B,G,M,D), logits_3d (B,1,V)
+               out logits (B,V), present.{i}.key|value (B,G,M,D), logits_3d (B,1,V),
+                   indexed_logits (B*K,V) (format 6+)
+                   logits_index (K,) int64: an overridable initializer (a graph input with a
+                   default, empty: K = 0), which new tokens indexed_logits holds the logits of
 
 The cache rules: row b holds its tokens in positions 0 .. L_b - 1, where L_b =
 attention_mask[b].sum() counts the tokens in the cache *after* the call; its T new tokens are
@@ -47,6 +50,10 @@ Format 5's encoder-decoder step takes the lengths as GroupQueryAttention does, n
 seqlens_k[b] = L_b - 1 and total_sequence_length = max_b L_b (the width the mask had); of the
 source, encoder_seqlens_k[b] = S_b - 1 (S_b: row b's real tokens) and
 encoder_total_sequence_length = S (the padded length).
+Format 6's LM decoder also returns the logits after several of a call's T new tokens
+(speculative decoding's verification: runtime/speculative.py): indexed_logits[b * K + j] are
+those after new token logits_index[j] of row b; the default index is empty, so a plain step
+computes no extra logits and readers that do not feed it (onnxruntime-genai) run as before.
 """
 
 from __future__ import annotations
@@ -55,11 +62,12 @@ from .config import ModelConfig
 
 PACKAGE_FORMAT = "edgeformer-package"
 CHECKPOINT_FORMAT = "edgeformer-checkpoint"  # a training checkpoint's config.json (models/)
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 # 2: `model` under ModelConfig's names, no logits_3d; 3: encoder-decoder cross-attention as
 # MultiHeadAttention (no last_key/last_value, no cross presents); 4: the encoder-decoder step
-# takes attention_mask and encoder_attention_mask (int64) instead of format 5's ED_LENGTHS
-READABLE_VERSIONS = (2, 3, 4, 5)
+# takes attention_mask and encoder_attention_mask (int64) instead of format 5's ED_LENGTHS;
+# 5: the LM decoder has no indexed_logits (no speculative decoding)
+READABLE_VERSIONS = (2, 3, 4, 5, 6)
 MIN_ONNXRUNTIME = "1.22.0"  # GroupQueryAttention with a shared buffer and packed QKV on CPU
 
 CONFIG_FILE = "config.json"
@@ -85,6 +93,9 @@ VARIANTS = ("fp32", "int8", "int4", "int8-dynamic", "int8-web", "int4-web", "ggu
 # reading int8 / int4's weights file; slow on onnxruntime's CPU provider, never `auto`'s pick
 WEB_VARIANTS = {"int8-web": "int8", "int4-web": "int4"}
 LOGITS_3D = "logits_3d"  # LM decoder, format 3+: `logits` as (B, 1, V), for onnxruntime-genai
+# LM decoder, format 6+: the logits after the new tokens `LOGITS_INDEX` names, (B * K, V); the
+# index is an overridable initializer (default empty: a plain step computes no extra logits)
+LOGITS_INDEX, INDEXED_LOGITS = "logits_index", "indexed_logits"
 # the encoder-decoder step's length inputs (format 5+; int32, GroupQueryAttention's own): the
 # runtime knows them, so the step graph no longer derives them from two masks at every step
 ED_LENGTHS = (
@@ -255,6 +266,7 @@ def io_names(
             },
         }
     extra = [LOGITS_3D] if version >= 3 else []  # format 2 had no 3-D logits
+    extra += [INDEXED_LOGITS] if version >= 6 else []  # format 6: speculative verification
     return {
         "decoder": {
             "inputs": [*step, *cache_names(family, n_layers)],

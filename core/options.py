@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .flags import doc
+from .speculative import MAX_DRAFT_TOKENS
 
 ED, LM = "translate", "generate"  # commands of flags that only one family has
 
@@ -102,6 +103,17 @@ class GenerationOptions:
         "(needs --max-new-tokens)", commands=(LM,),
     )  # fmt: skip
 
+    # speculative decoding (core/speculative.py): drafts verified in one call of the model
+    prompt_lookup: int = doc(
+        0, "speculative decoding: draft N tokens per step from the prompt's n-grams (and the "
+        "output's), verified in one call of the model; the same output, faster where the "
+        "output repeats the prompt (0: off)", metavar="N", commands=(LM,),
+    )  # fmt: skip
+    draft_tokens: int = doc(
+        4, "tokens the draft package (Generator(draft=...), --draft) proposes per step (0: "
+        "the draft is not used)", metavar="N", commands=(LM,),
+    )  # fmt: skip
+
     # structured output (runtime/structured.py: llguidance computes each step's token mask)
     response_format: dict | None = doc(
         None, "the OpenAI API's response_format: {\"type\": \"json_object\"}, or {\"type\": "
@@ -135,7 +147,7 @@ class GenerationOptions:
             )
         for name in (
             "min_new_tokens", "top_k", "num_beams", "num_hypotheses", "no_repeat_ngram_size",
-            "max_input_length",
+            "max_input_length", "prompt_lookup", "draft_tokens",
         ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value):
@@ -205,6 +217,15 @@ class GenerationOptions:
             bad(f"no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0 = off)")
         if self.max_input_length < 0:
             bad(f"max_input_length={self.max_input_length} must be >= 0 (0 = the model's max_len)")
+        for name in ("prompt_lookup", "draft_tokens"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_DRAFT_TOKENS:
+                bad(f"{name}={value} must be in [0, {MAX_DRAFT_TOKENS}] (0: off)")
+        if self.prompt_lookup and (self.num_beams > 1 or self.num_hypotheses > 1):
+            bad(
+                "prompt_lookup (speculative decoding) decodes one greedy or sampled hypothesis: "
+                "not with num_beams > 1 or num_hypotheses > 1"
+            )
         self.suppress_sequences = _sequences(self.suppress_sequences, bad)
         self.end_token = _items(self.end_token, "end_token", (str, int), bad)
         self.stop = _items(self.stop, "stop", (str,), bad)

@@ -21,8 +21,11 @@ The graphs are written for decoding on onnxruntime, not traced from PyTorch:
   `scale` 1/sqrt(true head dim); the output projection gets zero input columns there; rotary
   turns the true dims only (`rotary_embedding_dim`). The same numbers as unpadded, exactly;
   the caches and cross K/V hold the padded heads (their last dims 0);
-- the decoder returns logits for the last position of each row only, (B, V), plus the logits
-  bias when the model has one (the head's Gemm / MatMulNBits bias);
+- the decoder returns logits for the last position of each row, (B, V), plus the logits
+  bias when the model has one (the head's Gemm / MatMulNBits bias); an LM's also returns those
+  after the new tokens `logits_index` names (format 6, `indexed_logits` (B K, V): speculative
+  decoding verifies K drafted tokens in one call), an overridable initializer whose default is
+  empty, so a plain step runs the head on no extra row;
 - linear layers are MatMul (float), `MatMulNBits` (4/8-bit weights, bias fused) or
   `DynamicQuantizeMatMul` (int8, bias fused); the embedding is a Gather or a
   `GatherBlockQuantized` that shares its table with a tied output projection (int8-dynamic:
@@ -42,7 +45,14 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..core.config import FULL, SLIDING
-from ..core.format import ED_LENGTHS, LOGITS_3D, attention_head_size, io_names
+from ..core.format import (
+    ED_LENGTHS,
+    INDEXED_LOGITS,
+    LOGITS_3D,
+    LOGITS_INDEX,
+    attention_head_size,
+    io_names,
+)  # fmt: skip
 from . import gguf_blocks, quantize
 from .gptq import Hessians, gptq_int4
 from .recipes import VariantSpec, more_bits_layer
@@ -894,7 +904,24 @@ class Builder:
         if LOGITS_3D in names["outputs"]:  # the same logits (B, 1, V), for onnxruntime-genai
             logits_3d = g.op("Unsqueeze", ["logits", g.const([1])])  # output renamed above
             g.output(logits_3d, LOGITS_3D, TP.FLOAT, [B, 1, cfg.vocab_size])
+        if INDEXED_LOGITS in names["outputs"]:
+            self.indexed_logits(g, h)
         return g
+
+    def indexed_logits(self, g: Graph, h: str) -> None:
+        """The logits after the new tokens `logits_index` (K,) names, of every row: (B, T, C)
+        -> Gather (B, K, C) -> (B K, C) -> head (B K, V). The index is an overridable
+        initializer (a graph input with a default, empty): a reader that does not feed it (a
+        plain step, onnxruntime-genai) gets K = 0 rows, no head computed."""
+        from onnx import TensorProto as TP
+        from onnx import numpy_helper
+
+        g.input(LOGITS_INDEX, TP.INT64, ["logits_count"])
+        g.consts.append(numpy_helper.from_array(np.zeros(0, dtype=np.int64), LOGITS_INDEX))
+        rows = g.op("Gather", [h, LOGITS_INDEX], axis=1)  # (B, K, C)
+        flat = g.op("Reshape", [rows, g.const([-1, self.cfg.d_model])])  # (B K, C)
+        logits = self.capped(g, self.head(g, flat))
+        g.output(logits, INDEXED_LOGITS, TP.FLOAT, ["indexed_rows", self.cfg.vocab_size])
 
 
 def build_graphs(

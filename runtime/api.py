@@ -47,6 +47,7 @@ from ..core.decoding import (
 )
 from ..core.languages import per_text
 from ..core.schema import PackageError
+from ..core.speculative import PromptLookup, Speculation, SpeculationStats
 from .aio import WorkerPool
 from .batching import (
     READ_AHEAD,
@@ -62,7 +63,15 @@ from .chat import ChatTemplateError
 from .model import Model, WarnOnce, pad
 from .results import GenerationResult, ScoringResult, TextHypothesis, TranslationResult
 from .session import Providers, RuntimeSettings, runtime_settings
-from .steppers import SlidingDecoder, give_back, start_decoder_only, start_encoder_decoder
+from .speculative import DraftModel, check_draft_tokenizer
+from .steppers import (
+    NO_VERIFY,
+    CachedDecoder,
+    SlidingDecoder,
+    give_back,
+    start_decoder_only,
+    start_encoder_decoder,
+)  # fmt: skip
 from .text import (
     StopCut,
     TextStream,
@@ -706,17 +715,62 @@ class Generator(_Loaded):
         providers: Providers | None = None,
         async_workers: int = 1,
         max_quality_loss: float | None = None,
+        draft: str | os.PathLike | Generator | None = None,
         *,
         settings: RuntimeSettings | None = None,
     ):
         """settings: how the package runs (RuntimeSettings); or its fields as the keyword
-        arguments variant ... max_quality_loss (None: RuntimeSettings' default), not both."""
+        arguments variant ... max_quality_loss (None: RuntimeSettings' default), not both.
+        `draft`: a draft package (its path, or a Generator of it: another variant, its own
+        threads) with this package's tokenizer, for speculative decoding: it proposes
+        `draft_tokens` tokens per step, which this model verifies in one call (greedy: the
+        same output; sampling: the same distribution). speculation_stats counts what it did."""
         runtime = runtime_settings(
             settings, variant=variant, provider=provider, threads=threads, spinning=spinning,
             session_options=session_options, providers=providers,
             max_quality_loss=max_quality_loss,
         )  # fmt: skip
-        super().__init__(Model(package_path, "decoder-only", runtime), async_workers)
+        m = Model(package_path, "decoder-only", runtime)
+        super().__init__(m, async_workers)
+        if draft is not None and not isinstance(draft, Generator):
+            draft = Generator(draft, settings=runtime)
+        if draft is not None:
+            check_draft_tokenizer(m, draft.model)
+        self.draft = draft
+        self.speculation_stats = SpeculationStats()  # every request's, added up
+
+    def _speculation(self, opts: GenerationOptions, stepper: Stepper) -> Speculation | None:
+        """The request's drafter: prompt lookup when asked (prompt_lookup), else the draft
+        package's (draft_tokens); None: plain decoding (beams and several hypotheses)."""
+        if not self._speculating(opts):
+            return None
+        if not isinstance(stepper, CachedDecoder):
+            raise ValueError(
+                "speculative decoding (prompt_lookup, a draft package) does not go past the "
+                "model's context: not with sliding_window beyond max_len"
+            )
+        if not stepper.graph.verifies:
+            raise ValueError(NO_VERIFY)
+        if opts.prompt_lookup:
+            return Speculation(PromptLookup(), opts.prompt_lookup)
+        assert self.draft is not None
+        vocab = self.model.config.model.vocab_size
+        drafter = DraftModel(self.draft.model, opts, stepper.shape[1], vocab)
+        return Speculation(drafter, opts.draft_tokens)
+
+    def _speculating(self, opts: GenerationOptions) -> bool:
+        """Whether a request of these options drafts (one prompt at a time)."""
+        single = opts.num_beams == 1 and opts.num_hypotheses == 1
+        return bool(opts.prompt_lookup) or (
+            self.draft is not None and opts.draft_tokens > 0 and single
+        )
+
+    def _finish(self, spec: Speculation | None) -> None:
+        """A request's speculation counted, its draft decoder given back."""
+        if spec is not None:
+            self.speculation_stats.add(spec.stats)
+            if isinstance(spec.drafter, DraftModel):
+                spec.drafter.close()
 
     # ---- ids in, ids out ------------------------------------------------------------------
 
@@ -751,10 +805,26 @@ class Generator(_Loaded):
         stop: StopTest | None = None,
         scores: bool = True,
     ) -> list[list[Hypothesis]]:
+        if len(prompts) > 1 and self._speculating(opts):  # speculation runs one row at a time
+            room = self.max_len - max(map(len, prompts)) + 1  # as the batch's: the longest's
+            if room >= 1 and not opts.sliding_window:
+                if opts.max_new_tokens is not None:
+                    self._warn.cut(opts.max_new_tokens, room, self.max_len, sliding_hint=True)
+                opts = dataclasses.replace(opts, max_new_tokens=min(opts.max_new_tokens or room,
+                                                                    room))  # fmt: skip
+            return [
+                self._generate([p], opts, banned, None if stop is None else
+                               (lambda _, seq, r=r: stop(r, seq)), scores)[0]
+                for r, p in enumerate(prompts)
+            ]  # fmt: skip
         stepper, first, opts = self._start(prompts, opts)
         banned = self.banned_ids if banned is None else banned
-        inputs = DecodeInputs(self.model.eos_id, prompts, banned, stop=stop)
-        return self._decode(first, stepper, opts, inputs, scores)
+        spec = self._speculation(opts, stepper)
+        inputs = DecodeInputs(self.model.eos_id, prompts, banned, stop=stop, speculation=spec)
+        try:
+            return self._decode(first, stepper, opts, inputs, scores)
+        finally:
+            self._finish(spec)
 
     def generate_ids(
         self,
@@ -901,16 +971,20 @@ class Generator(_Loaded):
         stop = stop_test(self.model.decode, stops, ids, [0]) if stops else None
         text = TextStream(self.model.tokenizer, ids[0])
         shown = StopCut(stops)
-        inputs = DecodeInputs(self.model.eos_id, ids, self.banned_ids, stop=stop)
-        for _, tokens in iter_tokens(first, stepper, opts, inputs):
-            piece = shown.push(text.push(int(tokens[0])))
+        spec = self._speculation(opts, stepper)
+        inputs = DecodeInputs(self.model.eos_id, ids, self.banned_ids, stop=stop, speculation=spec)
+        try:
+            for _, tokens in iter_tokens(first, stepper, opts, inputs):
+                piece = shown.push(text.push(int(tokens[0])))
+                if piece:
+                    yield piece
+                if shown.stopped:
+                    return
+            piece = shown.push(text.flush(), final=True)
             if piece:
                 yield piece
-            if shown.stopped:
-                return
-        piece = shown.push(text.flush(), final=True)
-        if piece:
-            yield piece
+        finally:
+            self._finish(spec)
 
     # ---- chat ----------------------------------------------------------------------------
 

@@ -137,6 +137,13 @@ def add_runtime_arguments(g: argparse._ArgumentGroup, command: str) -> None:
         "--truncate", action="store_true",
         help="cut inputs longer than the model's max_len (default: such an input is an error)",
     )  # fmt: skip
+    if command == "generate":
+        g.add_argument(
+            "--draft", metavar="PKG", default=None,
+            help="speculative decoding: a smaller package with the same tokenizer drafts "
+            "--draft-tokens tokens per step, verified in one call (the same output) "
+            "(default: none)",
+        )  # fmt: skip
     if command == "translate":
         g.add_argument(
             "--batch-type", choices=BATCH_TYPES, default="examples",
@@ -369,7 +376,7 @@ def load(args: argparse.Namespace) -> Translator | Generator:
     settings = runtime_of(args)
     if args.command == "translate":
         return Translator(args.package, inter_threads=args.inter_threads, settings=settings)
-    return Generator(args.package, settings=settings)
+    return Generator(args.package, draft=getattr(args, "draft", None), settings=settings)
 
 
 class BadLines:

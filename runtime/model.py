@@ -25,6 +25,7 @@ from ..core.constraints import end_ids
 from ..core.format import (
     ATTENTION_HEAD_SIZE_KEY,
     GENERATION_CONFIG_FILE,
+    INDEXED_LOGITS,
     METADATA_PREFIX,
     SOURCE_TOKENIZER_FILE,
     TOKENIZER_FILE,
@@ -145,7 +146,7 @@ def check_graph_sizes(pkg: Package, graphs: dict[str, Graph]) -> None:
 
 def _fixed_dims(name: str, H: int, G: int, D: int, V: int) -> dict[int, int]:
     """{axis: size} that an input or output of this name must have (format.io_names)."""
-    if name in ("logits",):
+    if name in ("logits", INDEXED_LOGITS):
         return {1: V}
     if name.endswith((".last_key", ".last_value")):
         return {2: H * D}

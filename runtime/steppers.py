@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnxruntime as ort
 
-from ..core.format import ATTENTION_HEAD_SIZE_KEY, ED_LENGTHS, LOGITS_3D, cache_names
+from ..core.format import (
+    ATTENTION_HEAD_SIZE_KEY,
+    ED_LENGTHS,
+    INDEXED_LOGITS,
+    LOGITS_3D,
+    LOGITS_INDEX,
+    cache_names,
+)  # fmt: skip
 from ..core.schema import PackageConfig
 
 
@@ -52,6 +59,12 @@ class Graph:
     def has_logits_3d(self) -> bool:
         """An LM decoder of format 3 (also returns the logits as (B, 1, V))."""
         return LOGITS_3D in self.output_names
+
+    @functools.cached_property
+    def verifies(self) -> bool:
+        """An LM decoder of format 6+: returns the logits after several new tokens of a call
+        (indexed_logits; CachedDecoder.verify)."""
+        return INDEXED_LOGITS in self.output_names
 
     @functools.cached_property
     def takes_lengths(self) -> bool:
@@ -158,7 +171,16 @@ class CachedDecoder:
         if self.graph.has_logits_3d:  # the same values (B, 1, V): bound to the same memory, so
             # onnxruntime's Unsqueeze copies nothing (source == target)
             io.bind_ortvalue_output(LOGITS_3D, _ortvalue(self.logits[:, None, :]))
+        if self.graph.verifies:  # no extra logits but in `verify`: the empty index, (0, V)
+            self._bind_index(np.zeros(0, dtype=np.int64), np.empty((0, vocab), np.float32))
         self.step_bound = False
+
+    def _bind_index(self, index: np.ndarray, out: np.ndarray) -> None:
+        """Format 6's logits_index (K,) and the (N K, V) array its indexed_logits go to; both
+        held here while bound."""
+        self.index, self.indexed = index, out
+        self.io.bind_ortvalue_input(LOGITS_INDEX, _ortvalue(index))
+        self.io.bind_ortvalue_output(INDEXED_LOGITS, _ortvalue(out))
 
     def _bind_static(self) -> None:
         """Bind the inputs that stay while rows do (an encoder-decoder's source lengths or mask
@@ -234,6 +256,32 @@ class CachedDecoder:
         self.graph.session.run_with_iobinding(self.io)
         self._lengths, self.longest, self.uniform = None, longest, True
         return self.logits
+
+    def verify(self, tokens: np.ndarray) -> np.ndarray:  # (T,) -> (T, V)
+        """A one-row LM's T new tokens in one call (speculative decoding's verification): the
+        logits after each of them, (T, V), a new array. The row's length grows by T; `drop_last`
+        takes back the tokens the caller rejects (format 6+: Graph.verifies)."""
+        if not self.graph.verifies:
+            raise ValueError(NO_VERIFY)
+        assert self.n == 1 and self.uniform, "verify runs one row"
+        T, start = len(tokens), self.longest
+        vocab = self.logits.shape[1]
+        out = np.empty((T, vocab), np.float32)
+        self._bind_index(np.arange(T, dtype=np.int64), out)
+        self.io.bind_cpu_input("input_ids", np.asarray(tokens, dtype=np.int64).reshape(1, T))
+        self.io.bind_cpu_input("position_ids", np.arange(start, start + T, dtype=np.int64)[None])
+        self.step_bound = False
+        try:
+            self._run_uniform(start + T)
+        finally:
+            self._bind_index(np.zeros(0, dtype=np.int64), np.empty((0, vocab), np.float32))
+        return out
+
+    def drop_last(self, n: int) -> None:
+        """One row's last n cache positions taken back (the drafts a `verify` rejected): what
+        lies past a row's length is never read, and the next call writes over it."""
+        assert self.n == 1 and 0 <= n <= self.longest
+        self.longest, self.uniform, self._lengths = self.longest - n, True, None
 
     def prefill(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Right-padded (N, T) ids and 1/0 mask -> logits after each row's last real token."""
@@ -341,6 +389,12 @@ class CachedDecoder:
         if self.uniform:  # `lengths` is made again from `longest` when read
             self._lengths = None
 
+
+NO_VERIFY = (
+    "speculative decoding (prompt_lookup, a draft package) needs a package of format 6 or later "
+    "(exported since 2026-12-02: its decoder returns the logits of several new tokens); "
+    "re-export this one"
+)
 
 # one-row decoders (reused across requests) hold a power of two of positions, at least this
 # many, up to max_len: a model of 32,768 positions does not allocate its whole context's cache

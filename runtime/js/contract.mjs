@@ -67,7 +67,7 @@ export default {
   "tokenizer": "tokenizer.json",
   "tokenizer_config": "tokenizer_config.json"
  },
- "format_version": 5,
+ "format_version": 6,
  "generated_by": "python -m edgeformer.core.contract --write runtime/js/contract.mjs",
  "generation_config": {
   "encoder_decoder_fields": [
@@ -121,6 +121,11 @@ export default {
   ]
  },
  "generation_options": {
+  "draft_tokens": {
+   "default": 4,
+   "hf": null,
+   "kind": "int"
+  },
   "early_stopping": {
    "default": true,
    "hf": "early_stopping",
@@ -184,6 +189,11 @@ export default {
   "num_hypotheses": {
    "default": 1,
    "hf": "num_return_sequences",
+   "kind": "int"
+  },
+  "prompt_lookup": {
+   "default": 0,
+   "hf": null,
    "kind": "int"
   },
   "regex": {
@@ -417,6 +427,44 @@ export default {
       }
      ]
     }
+   },
+   "6": {
+    "decoder": {
+     "inputs": [
+      {
+       "names": [
+        "input_ids",
+        "position_ids",
+        "attention_mask"
+       ]
+      },
+      {
+       "per_layer": [
+        "past_key_values.{i}.key",
+        "past_key_values.{i}.value"
+       ]
+      }
+     ],
+     "outputs": [
+      {
+       "names": [
+        "logits"
+       ]
+      },
+      {
+       "per_layer": [
+        "present.{i}.key",
+        "present.{i}.value"
+       ]
+      },
+      {
+       "names": [
+        "logits_3d",
+        "indexed_logits"
+       ]
+      }
+     ]
+    }
    }
   },
   "encoder-decoder": {
@@ -590,6 +638,71 @@ export default {
     }
    },
    "5": {
+    "decoder": {
+     "inputs": [
+      {
+       "names": [
+        "input_ids",
+        "position_ids",
+        "seqlens_k",
+        "total_sequence_length",
+        "encoder_seqlens_k",
+        "encoder_total_sequence_length"
+       ]
+      },
+      {
+       "per_layer": [
+        "past_key_values.{i}.decoder.key",
+        "past_key_values.{i}.decoder.value",
+        "past_key_values.{i}.encoder.key",
+        "past_key_values.{i}.encoder.value",
+        "past_key_values.{i}.encoder.last_key",
+        "past_key_values.{i}.encoder.last_value"
+       ]
+      }
+     ],
+     "outputs": [
+      {
+       "names": [
+        "logits"
+       ]
+      },
+      {
+       "per_layer": [
+        "present.{i}.decoder.key",
+        "present.{i}.decoder.value"
+       ]
+      },
+      {
+       "per_layer": [
+        "present.{i}.encoder.key",
+        "present.{i}.encoder.value"
+       ]
+      }
+     ]
+    },
+    "encoder": {
+     "inputs": [
+      {
+       "names": [
+        "input_ids",
+        "attention_mask"
+       ]
+      }
+     ],
+     "outputs": [
+      {
+       "per_layer": [
+        "present.{i}.encoder.key",
+        "present.{i}.encoder.value",
+        "present.{i}.encoder.last_key",
+        "present.{i}.encoder.last_value"
+       ]
+      }
+     ]
+    }
+   },
+   "6": {
     "decoder": {
      "inputs": [
       {
@@ -956,7 +1069,8 @@ export default {
   2,
   3,
   4,
-  5
+  5,
+  6
  ],
  "special_tokens": {
   "optional": [

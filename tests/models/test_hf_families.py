@@ -186,6 +186,25 @@ def test_greedy_equals_generate(family, batch):
         assert gen.generate_ids(prompts, opts, banned=()) == generate_hf(hf, prompts, eos)
 
 
+def test_speculative_greedy_equals_plain(family):
+    """Speculative decoding (issue 59): prompt lookup and a draft package (the int4 variant
+    drafting for fp32: close, not equal, so drafts are kept and rejected) give the plain greedy
+    ids of a batch, every draft verified in one call of the fp32 decoder."""
+    _, _, _, _, pkg = family
+    prompts = [PROMPTS[0] + PROMPTS[0][:12], PROMPTS[1]]  # a prompt that repeats: lookups
+    opts = GenerationOptions(max_new_tokens=NEW)
+    gen = Generator(pkg, threads=1)
+    plain = gen.generate_ids(prompts, opts, banned=())
+    lookup = gen.generate_ids(prompts, GenerationOptions(max_new_tokens=NEW, prompt_lookup=4),
+                              banned=())  # fmt: skip
+    drafted = Generator(pkg, threads=1, draft=Generator(pkg, variant="int4", threads=1))
+    assert lookup == plain
+    assert drafted.generate_ids(prompts, opts, banned=()) == plain
+    for stats in (gen.speculation_stats, drafted.speculation_stats):
+        assert stats.verifications > 0 and stats.accepted > 0
+        assert stats.tokens == sum(len(p) for p in plain) + sum(len(p) < NEW for p in plain)
+
+
 def test_config_names_the_family(family):
     """The checkpoint and the package name the source architecture; the fields the family
     adds are set."""
