@@ -213,14 +213,18 @@ def contract() -> dict[str, Any]:
             },
             "language_table": language_names.TABLE,
         },
-        # encoder (sentence-embedding) packages: the JS runtime refuses them by name for now
+        # encoder (sentence-embedding) packages: runtime/js/embed.mjs (schema.EncoderPackageConfig)
         "encoder": {
             "family": format.ENCODER_FAMILY,
             "io": format.encoder_io_names(),
+            "classifier_io": format.encoder_io_names(classifier=True),
             "pooling_modes": list(format.POOLING_MODES),
             "model_keys": list(format.ENCODER_MODEL_KEYS),
+            "limits": dict(schema.ENCODER_LIMITS),
             "activations": list(format.ENCODER_ACTIVATIONS),
+            "classifier_activations": list(format.CLASSIFIER_ACTIVATIONS),
             "measured_keys": list(schema.ENCODER_MEASURED_KEYS),
+            "max_labels": schema.MAX_LABELS,
         },
         "generation_options": generation_options(),
         "bounds": {

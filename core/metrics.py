@@ -1,4 +1,5 @@
-"""The quality measures, one path each: BLEU for translations, perplexity windows for an LM.
+"""The quality measures, one path each: BLEU for translations, perplexity windows for an LM,
+cosines and relative errors for embeddings.
 
 Training, export's held-out check and the benchmark all score through here, so the figures they
 print are comparable. BLEU is sacreBLEU (the `train` extra) on detokenised text:
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from sacrebleu.metrics import BLEU
@@ -53,3 +56,16 @@ def windows(ids: Sequence[int], max_len: int, limit: int | None = None) -> list[
     out = [list(ids[s : s + max_len + 1]) for s in range(0, len(ids) - 1, max_len)]
     out = [w for w in out if len(w) > 1]
     return out[:limit] if limit else out
+
+
+def relative_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """||got - want|| / ||want|| per row."""
+    diff = np.linalg.norm(got.astype(np.float64) - want, axis=-1)
+    return diff / np.maximum(np.linalg.norm(want, axis=-1), 1e-30)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cosine of each row of a with the same row of b."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1),
+                                        1e-30)  # fmt: skip

@@ -338,6 +338,7 @@ def _model(where: str, stored: dict, family: str, version: int) -> ModelConfig:
 
 
 # -- encoder packages (core.format.ENCODER_FAMILY) --------------------------------------------
+MAX_LABELS = (1 << 16) - 1  # a cross-encoder's classifier outputs
 ENCODER_LIMITS = {k: MODEL_LIMITS.get(k, 1 << 20) for k in ENCODER_MODEL_KEYS} | {
     "vocab_size": MODEL_LIMITS["vocab_size"],
     "hidden_size": MODEL_LIMITS["d_model"],
@@ -427,7 +428,7 @@ class EncoderPackageConfig:
         offset = _int(where, "model.position_offset", model.get("position_offset"), 0)
         most = sizes["max_position_embeddings"] - offset
         length = _int(where, "model.max_seq_length", model.get("max_seq_length"), 2, most + 1)
-        labels = _int(where, "model.num_labels", model.get("num_labels", 0), 0, 1 << 16)
+        labels = _int(where, "model.num_labels", model.get("num_labels", 0), 0, MAX_LABELS + 1)
         act = model.get("classifier_act")
         if labels and act not in CLASSIFIER_ACTIVATIONS:
             raise PackageError(f"{where}: model.classifier_act must be one of "
@@ -463,6 +464,60 @@ class EncoderPackageConfig:
 
 # what export measured of an encoder variant against the reference embeddings (export/encoder.py)
 ENCODER_MEASURED_KEYS = ("min_cosine", "max_relative_error", "ms_per_text")
+
+
+# an encoder package's bounds against the folder's model (export's parity gate, `verify`)
+ENCODER_FP32_MIN_COSINE = 0.9999
+# a random-weight encoder's embeddings share one large direction: halving one layer's FFN
+# weights still gave cosine 0.99998 (design notes, 2026-12-02), so fp32 is held to the relative
+# error too (measured ~1e-6)
+ENCODER_FP32_MAX_RELATIVE_ERROR = 1e-4
+ENCODER_QUANTIZED_MIN_COSINE = {"int8": 0.99, "int8-dynamic": 0.99, "int4": 0.95}
+
+
+@dataclass(frozen=True)
+class EncoderGolden:
+    """An encoder package's GOLDEN_FILE (exports since 2026-12-02): export's probe texts (a
+    cross-encoder's: (query, document) pairs), the ids its tokenizer gave them (right-padded,
+    with their mask and token types) and the folder's model's output on those ids in float64
+    (sentence embeddings (B, C), or a cross-encoder's logits (B, labels)), for `verify`."""
+
+    texts: list  # str, or [query, document]
+    ids: list[list[int]]
+    mask: list[list[int]]
+    token_type_ids: list[list[int]]
+    reference: list[list[float]]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(
+        cls, data: object, model: EncoderModel, where: str = GOLDEN_FILE
+    ) -> EncoderGolden:
+        data = _obj(where, "the top level", data)
+        try:
+            ids, mask, types = (np.asarray(data[k], dtype=np.int64)
+                                for k in ("ids", "mask", "token_type_ids"))  # fmt: skip
+            ref = np.asarray(data["reference"], dtype=np.float64)
+            texts = data["texts"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackageError(
+                f"{where}: texts, ids, mask, token_type_ids, reference expected ({e})"
+            ) from None
+        width = model.num_labels or model.hidden_size
+        ok = (
+            ids.ndim == 2 and len(ids) > 0 and mask.shape == ids.shape == types.shape
+            and 0 < ids.shape[1] <= model.max_seq_length
+            and isinstance(texts, list) and len(texts) == len(ids)
+            and ((ids >= 0) & (ids < model.vocab_size)).all()
+            and ((types >= 0) & (types < model.type_vocab_size)).all()
+            and np.isin(mask, (0, 1)).all() and (mask[:, 0] == 1).all()
+            and ref.shape == (len(ids), width) and np.isfinite(ref).all()
+        )  # fmt: skip
+        if not ok:
+            raise PackageError(f"{where}: shapes, ids or reference values out of range")
+        return cls(texts, ids.tolist(), mask.tolist(), types.tolist(), ref.tolist())
 
 
 def _encoder_measured(where: str, key: str, value: object) -> dict[str, float]:

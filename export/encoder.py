@@ -32,23 +32,30 @@ from ..core.format import (
     CLASSIFIER_LOGITS,
     CONFIG_FILE,
     ENCODER_GRAPH,
+    GOLDEN_FILE,
     SENTENCE_EMBEDDING,
     TOKENIZER_FILE,
     encoder_io_names,
 )
-from ..core.schema import EncoderModel, EncoderPackageConfig, VariantEntry
+from ..core.metrics import cosines, relative_errors
+from ..core.schema import (
+    ENCODER_FP32_MAX_RELATIVE_ERROR,
+    ENCODER_FP32_MIN_COSINE,
+    ENCODER_QUANTIZED_MIN_COSINE,
+    EncoderGolden,
+    EncoderModel,
+    EncoderPackageConfig,
+    VariantEntry,
+)
 from ..models.hf.encoders import EncoderWeights, encoder_tokenizer, load_encoder
 from .builder import OPSET, Builder, Graph, _packed
 from .recipes import VARIANT_SPECS, VariantSpec
 from .writer import write_graphs
 
 ENCODER_VARIANTS = ("fp32", "int8", "int4", "int8-dynamic")
-FP32_MIN_COSINE = 0.9999
-# a random-weight encoder's embeddings share one large direction: halving one layer's FFN
-# weights still gave cosine 0.99998 (design notes, 2026-12-02), so fp32 is held to the relative
-# error too (measured ~1e-6)
-FP32_MAX_RELATIVE_ERROR = 1e-4
-QUANTIZED_MIN_COSINE = {"int8": 0.99, "int8-dynamic": 0.99, "int4": 0.95}
+FP32_MIN_COSINE = ENCODER_FP32_MIN_COSINE
+FP32_MAX_RELATIVE_ERROR = ENCODER_FP32_MAX_RELATIVE_ERROR
+QUANTIZED_MIN_COSINE = ENCODER_QUANTIZED_MIN_COSINE
 PROBE_TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     "A man is playing a guitar on the street.",
@@ -230,18 +237,6 @@ def reference_embeddings(
     return e
 
 
-def relative_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """||got - want|| / ||want|| per row."""
-    diff = np.linalg.norm(got.astype(np.float64) - want, axis=-1)
-    return diff / np.maximum(np.linalg.norm(want, axis=-1), 1e-30)
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1),
-                                        1e-30)  # fmt: skip
-
-
 class EncoderParityError(ValueError):
     """A variant's embeddings are not the folder's model's: nothing is written."""
 
@@ -277,7 +272,7 @@ def write_encoder_package(
         entries[variant] = VariantEntry(files, weights, "float32", spec.description)
         _log(verbose, f"{variant}: {time.perf_counter() - t:.1f} s")
     entries = parity_gate(tmp, enc, entries, verbose)
-    listed = [TOKENIZER_FILE, *(f for e in entries.values() for f in e.file_names)]
+    listed = [TOKENIZER_FILE, GOLDEN_FILE, *(f for e in entries.values() for f in e.file_names)]
     config = EncoderPackageConfig(
         model=m, pad_id=enc.pad_id, graphs=encoder_io_names(m.num_labels > 0), variants=entries,
         files={name: sha256(tmp / name) for name in listed},
@@ -304,6 +299,11 @@ def parity_gate(
     else:
         (ids, mask), types = tok.batch(PROBE_TEXTS, truncate=True), None
     want = reference_embeddings(enc, ids, mask, types)
+    texts = [[PROBE_TEXTS[0], t] for t in PROBE_TEXTS] if cross else PROBE_TEXTS
+    types_or_zeros = np.zeros_like(ids) if types is None else types
+    golden = EncoderGolden(texts, ids.tolist(), mask.tolist(), types_or_zeros.tolist(),
+                           want.tolist())  # fmt: skip
+    (tmp / GOLDEN_FILE).write_text(json.dumps(golden.to_json()))
     output = CLASSIFIER_LOGITS if cross else SENTENCE_EMBEDDING
     out = {}
     for variant, entry in entries.items():
@@ -331,4 +331,6 @@ def parity_gate(
     return out
 
 
-__all__ = ["EncoderModel", "reference_embeddings", "write_encoder_package"]
+__all__ = [
+    "EncoderModel", "cosines", "reference_embeddings", "relative_errors", "write_encoder_package",
+]  # fmt: skip

@@ -20,6 +20,23 @@ export default {
    "gelu_tanh",
    "relu"
   ],
+  "classifier_activations": [
+   "tanh",
+   "relu"
+  ],
+  "classifier_io": {
+   "encoder": {
+    "inputs": [
+     "input_ids",
+     "attention_mask",
+     "token_type_ids"
+    ],
+    "outputs": [
+     "last_hidden_state",
+     "logits"
+    ]
+   }
+  },
   "family": "encoder",
   "io": {
    "encoder": {
@@ -34,6 +51,16 @@ export default {
     ]
    }
   },
+  "limits": {
+   "hidden_size": 65536,
+   "intermediate_size": 1048576,
+   "max_position_embeddings": 1048576,
+   "num_attention_heads": 1024,
+   "num_hidden_layers": 1024,
+   "type_vocab_size": 1024,
+   "vocab_size": 4194304
+  },
+  "max_labels": 65535,
   "measured_keys": [
    "min_cosine",
    "max_relative_error",

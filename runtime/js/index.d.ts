@@ -146,6 +146,41 @@ export function cutAtStop(text: string, stops: string[], start?: number): string
 /** why a tokenizer.json's regexes could hang encoding, or null */
 export function regexProblem(tokenizer: unknown): string | null;
 
+export interface EmbedLoadOptions {
+  backend?: "node" | "wasm";
+  ort?: unknown;
+  variant?: "fp32" | "int8" | "int4" | "int8-dynamic";
+  /** rows per onnxruntime call (texts sorted by length first); default 32 */
+  batchSize?: number;
+  threads?: number;
+  spinning?: boolean;
+  verify?: boolean;
+}
+
+/** An encoder package's sentence embeddings (the Python runtime's Embedder). */
+export class Embedder {
+  readonly backend: "node" | "wasm";
+  readonly variant: string;
+  readonly dimension: number;
+  readonly maxSeqLength: number;
+  readonly normalized: boolean;
+  /** each text's ids, special tokens included; truncate (default true) cuts at maxSeqLength */
+  ids(texts: string[], options?: { truncate?: boolean }): number[][];
+  /** one Float32Array of `dimension` numbers per text, in the texts' order */
+  embed(texts: string[], options?: { truncate?: boolean }): Promise<Float32Array[]>;
+  release(): Promise<void>;
+}
+
+/** A cross-encoder's package: (query, document) pairs -> its classifier's logits. */
+export class Reranker extends Embedder {
+  pairIds(query: string, documents: string[], options?: { truncate?: boolean }): { ids: number[]; types: number[] }[];
+  /** one logit per document (one label), else one array of num_labels logits */
+  score(query: string, documents: string[], options?: { truncate?: boolean }): Promise<number[] | number[][]>;
+}
+
+/** Load an encoder package (config.json family "encoder"): a Reranker for a cross-encoder. */
+export function loadEmbedder(source: PackageSource, options?: EmbedLoadOptions): Promise<Embedder | Reranker>;
+
 /** the package contract, generated from edgeformer.core (contract.mjs) */
 export const CONTRACT: Record<string, any>;
 export const PACKAGE_FORMAT: string;

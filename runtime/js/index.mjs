@@ -20,7 +20,7 @@
 
 import { Tokenizer } from "@huggingface/tokenizers";
 import {
-  CONTRACT, PackageError, checkConfig, checkGraphSizes, checkNames, checkThreads, fileSource, forcedFirstToken,
+  CONTRACT, PackageError, checkConfig, checkGraphSizes, checkNames, checkOrtVersion, checkThreads, fileSource, forcedFirstToken,
   generationSettings, isNode, onnxFacts, parseJson, sha256,
 } from "./package.mjs"; // prettier-ignore
 import { decode, fitNewTokens, makeOptions, optionKeys } from "./decoding.mjs";
@@ -30,6 +30,7 @@ import { regexProblem } from "./regex.mjs";
 export { PackageError, CONTRACT };
 export { UNSUPPORTED_OPTIONS, makeOptions } from "./decoding.mjs";
 export { regexProblem } from "./regex.mjs";
+export { Embedder, Reranker, loadEmbedder } from "./embed.mjs";
 export const PACKAGE_FORMAT = CONTRACT.package_format;
 export const FORMAT_VERSION = CONTRACT.format_version;
 export const READABLE_VERSIONS = CONTRACT.readable_versions;
@@ -74,13 +75,6 @@ function fastestWithinMargin(msPerToken) {
     .filter((k) => msPerToken[k] <= fastest * (1 + speed_margin))
     .sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : a > b ? 1 : 0))[0];
 }
-
-/** "1.22.0" -> a string that compares as the version does ("00001.00022.00000"). */
-const versionTuple = (v) =>
-  [...(String(v).match(/\d+/g) ?? []), "0", "0", "0"]
-    .slice(0, 3)
-    .map((x) => x.padStart(5, "0"))
-    .join(".");
 
 
 // ---- tensors ----------------------------------------------------------------------------------
@@ -197,12 +191,7 @@ export async function loadPackage(source, options = {}) {
   const entry = cfg.variants[variant];
   if (!entry) throw new PackageError(`package ${files.name} has no variant ${JSON.stringify(variant)}; it has ${JSON.stringify(Object.keys(cfg.variants))}`);
 
-  const have = ort.env?.versions?.[backend === "node" ? "node" : "web"] ?? "0";
-  if (versionTuple(have) < versionTuple(cfg.min_onnxruntime ?? CONTRACT.min_onnxruntime)) {
-    throw new PackageError(
-      `${where} needs onnxruntime >= ${cfg.min_onnxruntime}; this is onnxruntime-${backend === "node" ? "node" : "web"} ${have}`,
-    );
-  }
+  checkOrtVersion(ort, backend, cfg, where);
 
   // generation_config.json: the package's default decoding settings, checked as the Python
   // runtime checks them (a setting GenerationOptions refuses names the file)

@@ -288,7 +288,7 @@ export function checkConfig(data, where) {
   }
   const family = data.family;
   if (family === CONTRACT.encoder.family) {
-    throw new PackageError(`${where}: an encoder (sentence-embedding) package: this JavaScript runtime does not run them yet; use the Python runtime's Embedder or \`edgeformer embed\``);
+    throw new PackageError(`${where}: an encoder (sentence-embedding) package: load it with loadEmbedder (embeddings, or a cross-encoder's scores)`);
   }
   if (!CONTRACT.families.includes(family)) {
     throw new PackageError(`${where}: family must be one of ${JSON.stringify(CONTRACT.families)}, got ${show(family)}`);
@@ -322,12 +322,75 @@ export function checkConfig(data, where) {
   if (typeof version !== "string") throw new PackageError(`${where}: min_onnxruntime must be a version string, got ${show(version)}`);
   names(where, "files", data.files);
   obj(where, "task", data.task ?? {});
-  for (const [k, v] of Object.entries(obj(where, "source", data.source ?? {}))) {
+  checkSource(where, data.source);
+  int(where, "opset", data.opset ?? 21, 1);
+  return { cfg: data, model };
+}
+
+/** config.json of an encoder package (family "encoder") checked as core/schema.py's
+ * EncoderPackageConfig.from_json checks it: {cfg, model} (model: Hugging Face's names). */
+export function checkEncoderConfig(data, where) {
+  obj(where, "the top level", data);
+  if (data.format !== CONTRACT.package_format) throw new PackageError(`${where}: not an edgeformer model package (format)`);
+  const E = CONTRACT.encoder;
+  if (data.family !== E.family) {
+    throw new PackageError(`${where}: a ${show(data.family)} package, not an encoder (sentence-embedding) one: load it with loadPackage`);
+  }
+  if (!CONTRACT.readable_versions.includes(data.format_version)) {
+    throw new PackageError(
+      `${where}: format_version ${show(data.format_version)}; this runtime reads versions ` +
+        `${CONTRACT.readable_versions.join(", ")} (re-export the model with this edgeformer, or update edgeformer-runtime)`,
+    );
+  }
+  const m = obj(where, "model", data.model);
+  for (const k of E.model_keys) int(where, `model.${k}`, m[k], 1, E.limits[k] + 1);
+  if (m.hidden_size % m.num_attention_heads) throw new PackageError(`${where}: model.hidden_size must divide by num_attention_heads`);
+  if (typeof m.architecture !== "string") throw new PackageError(`${where}: model.architecture must be a string, got ${show(m.architecture)}`);
+  const oneOf = (key, value, allowed) => {
+    if (!allowed.includes(value)) throw new PackageError(`${where}: model.${key} must be one of ${JSON.stringify(allowed)}, got ${show(value)}`);
+  };
+  oneOf("hidden_act", m.hidden_act, E.activations);
+  oneOf("pooling", m.pooling, E.pooling_modes);
+  if (typeof m.normalize !== "boolean") throw new PackageError(`${where}: model.normalize must be true or false, got ${show(m.normalize)}`);
+  if (typeof m.layer_norm_eps !== "number") throw new PackageError(`${where}: model.layer_norm_eps must be a number, got ${show(m.layer_norm_eps)}`);
+  int(where, "model.position_offset", m.position_offset, 0);
+  int(where, "model.max_seq_length", m.max_seq_length, 2, m.max_position_embeddings - m.position_offset + 1);
+  const labels = int(where, "model.num_labels", m.num_labels ?? 0, 0, E.max_labels + 1);
+  if (labels) oneOf("classifier_act", m.classifier_act, E.classifier_activations);
+  int(where, "pad_id", data.pad_id, 0, m.vocab_size);
+  const want = labels ? E.classifier_io : E.io;
+  if (!sameJson(obj(where, "graphs", data.graphs), want)) {
+    throw new PackageError(`${where}: graphs do not match the package contract of an encoder`);
+  }
+  for (const [name, raw] of Object.entries(obj(where, "variants", data.variants))) {
+    const key = `variants.${name}`;
+    const entry = obj(where, key, raw);
+    const files = names(where, `${key}.files`, entry.files);
+    if (!sameJson(Object.keys(files).sort(), Object.keys(want).sort())) {
+      throw new PackageError(`${where}: ${key}.files must name the graphs ${JSON.stringify(Object.keys(want).sort())}`);
+    }
+    if (typeof entry.weights !== "string") throw new PackageError(`${where}: ${key}.weights must be a file name, got ${show(entry.weights)}`);
+    for (const [k, x] of Object.entries(obj(where, `${key}.measured`, entry.measured ?? {}))) {
+      if (!E.measured_keys.includes(k) || typeof x !== "number" || !Number.isFinite(x)) {
+        throw new PackageError(`${where}: ${key}.measured.${k}: one of ${JSON.stringify(E.measured_keys)}, a number`);
+      }
+    }
+  }
+  if (!data.variants.fp32) throw new PackageError(`${where}: variants has no fp32`);
+  if (typeof (data.min_onnxruntime ?? "") !== "string") {
+    throw new PackageError(`${where}: min_onnxruntime must be a version string, got ${show(data.min_onnxruntime)}`);
+  }
+  names(where, "files", data.files);
+  checkSource(where, data.source);
+  int(where, "opset", data.opset ?? 21, 1);
+  return { cfg: data, model: m };
+}
+
+function checkSource(where, source) {
+  for (const [k, v] of Object.entries(obj(where, "source", source ?? {}))) {
     if (typeof v !== "string") throw new PackageError(`${where}: source.${k} must be a string, got ${show(v)}`);
     if (v.length > 200) throw new PackageError(`${where}: source.${k} is longer than 200 characters`);
   }
-  int(where, "opset", data.opset ?? 21, 1);
-  return { cfg: data, model };
 }
 
 function checkMeasured(where, key, value) {
@@ -574,6 +637,23 @@ export function maxThreads() {
   const b = CONTRACT.bounds;
   const cores = nodeOs?.cpus().length || globalThis.navigator?.hardwareConcurrency || 1;
   return Math.max(b.max_threads_floor, b.max_threads_per_core * cores);
+}
+
+/** "1.22.0" -> a string that compares as the version does ("00001.00022.00000"). */
+const versionTuple = (v) =>
+  [...(String(v).match(/\d+/g) ?? []), "0", "0", "0"]
+    .slice(0, 3)
+    .map((x) => x.padStart(5, "0"))
+    .join(".");
+
+/** A PackageError when the onnxruntime module is older than the package's min_onnxruntime. */
+export function checkOrtVersion(ort, backend, cfg, where) {
+  const have = ort.env?.versions?.[backend === "node" ? "node" : "web"] ?? "0";
+  if (versionTuple(have) < versionTuple(cfg.min_onnxruntime ?? CONTRACT.min_onnxruntime)) {
+    throw new PackageError(
+      `${where} needs onnxruntime >= ${cfg.min_onnxruntime}; this is onnxruntime-${backend === "node" ? "node" : "web"} ${have}`,
+    );
+  }
 }
 
 export function checkThreads(value, name = "threads") {

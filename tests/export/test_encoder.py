@@ -15,6 +15,8 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import test_js  # noqa: E402
+
 from edgeformer.core.schema import PackageError  # noqa: E402
 from edgeformer.export.encoder import (  # noqa: E402
     EncoderParityError,
@@ -33,6 +35,7 @@ SENTENCES = [
     " ".join(WORDS[(7 * i + 3 * j) % len(WORDS)] for j in range(1 + i % 60)) for i in range(300)
 ]
 MAX_POSITIONS = 40
+js_node = test_js.node  # the JS runtime's fixture: node, with runtime/js's dependencies
 
 
 def wordpiece(folder: Path) -> None:
@@ -525,21 +528,171 @@ def test_reranker_parity(rerankers, packages, name):
         Reranker(packages["bert"][1])
 
 
-def test_js_runtime_refuses_an_encoder_package(packages):
-    """The JavaScript runtime's config check names an encoder package as one (it does not run
-    them yet), from the contract the Python side generates."""
-    import shutil
+# runs cases {package, backend, variant, call, texts | query + documents, truncate} in one node
+# process (runtime/js/embed.mjs): "embed" -> rows, "ids" -> ids, "score" -> scores, "pairIds";
+# a refused case gives {error, kind}; the cases come on stdin
+EMBED_DRIVER = """
+const { loadEmbedder, loadPackage } = await import(process.argv[1]);
+const { readFileSync } = await import("node:fs");
+const out = [];
+for (const c of JSON.parse(readFileSync(0, "utf8"))) {
+  let m = null;
+  try {
+    if (c.call === "loadPackage") { await loadPackage(c.package); continue; }
+    m = await loadEmbedder(c.package, { backend: c.backend, variant: c.variant, threads: 1,
+                                        batchSize: c.batch_size ?? 32 });
+    const o = { truncate: c.truncate ?? true };
+    const rows = (r) => Array.from(r);
+    if (c.call === "embed") out.push({ rows: (await m.embed(c.texts, o)).map(rows) });
+    else if (c.call === "ids") out.push({ ids: m.ids(c.texts, o) });
+    else if (c.call === "score") out.push({ scores: await m.score(c.query, c.texts, o) });
+    else if (c.call === "pairIds") out.push({ pairs: m.pairIds(c.query, c.texts, o) });
+  } catch (e) {
+    out.push({ error: String(e.message ?? e), kind: e.name });
+  }
+  if (m) await m.release();
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def run_embed_js(node: str, cases: list[dict]) -> list[dict]:
     import subprocess
 
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not on PATH")
-    js = Path(__file__).resolve().parents[2] / "runtime" / "js" / "package.mjs"
-    config = (packages["bert"][1] / "config.json").read_text()
-    script = (f"import {{ checkConfig }} from {json.dumps(js.as_uri())};\n"
-              f"try {{ checkConfig({config}, 'config.json'); console.log('read'); }}\n"
-              "catch (e) { console.log(e.message); }\n")  # fmt: skip
-    run = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert "an encoder (sentence-embedding) package" in run.stdout, run.stdout
+    cmd = [node, "--input-type=module", "-e", EMBED_DRIVER, (test_js.JS / "index.mjs").as_uri()]
+    run = subprocess.run(cmd, input=json.dumps(cases, default=str), capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+def test_js_embeddings_equal_pythons(js_node, packages):
+    """runtime/js/embed.mjs on onnxruntime-node and -web (wasm): every folder kind's token ids
+    (truncation at max_seq_length included) equal the Python runtime's, and its fp32 and int8
+    embeddings of the 300 sentences equal Embedder's (the same graph: within float rounding)."""
+    cases, want = [], []
+    for _, package in packages.values():
+        python = Embedder(package)
+        cases.append({"package": package, "call": "ids", "texts": SENTENCES})
+        want.append(("ids", python.tokenizer.encode(SENTENCES, truncate=True)))
+        for backend, variant in (("node", "fp32"), ("wasm", "fp32"), ("node", "int8")):
+            cases.append({"package": package, "backend": backend, "variant": variant,
+                          "call": "embed", "texts": SENTENCES, "batch_size": 16})  # fmt: skip
+            want.append(("rows", Embedder(package, variant).embed(SENTENCES)))
+    for case, got, (key, expected) in zip(cases, run_embed_js(js_node, cases), want, strict=True):
+        assert "error" not in got, (case["package"], got)
+        if key == "ids":
+            assert got["ids"] == expected, case["package"]
+        else:
+            rows = np.asarray(got["rows"], np.float32)
+            assert rows.shape == expected.shape
+            far = np.abs(rows - expected).max()
+            assert far <= 1e-5 * np.abs(expected).max(), (case["package"], case["variant"], far)
+
+
+def test_js_scores_equal_pythons(js_node, rerankers):
+    """A cross-encoder's pairs (token types, longest-first truncation) and scores in JS equal
+    the Python Reranker's."""
+    from edgeformer.runtime.embed import Reranker
+
+    query, docs = SENTENCES[59], SENTENCES[:120]  # a 60-word query: both sides of a pair cut
+    cases, want = [], []
+    for _, package in rerankers.values():
+        python = Reranker(package)
+        ids, types = python.tokenizer.encode_pairs([(query, d) for d in docs], True)
+        cases.append({"package": package, "call": "pairIds", "query": query, "texts": docs})
+        want.append(("pairs", [{"ids": i, "types": t} for i, t in zip(ids, types, strict=True)]))
+        for backend in ("node", "wasm"):
+            cases.append({"package": package, "backend": backend, "call": "score",
+                          "query": SENTENCES[5], "texts": docs})  # fmt: skip
+            want.append(("scores", python.score(SENTENCES[5], docs)))
+    for case, got, (key, expected) in zip(cases, run_embed_js(js_node, cases), want, strict=True):
+        assert "error" not in got, (case["package"], got)
+        if key == "pairs":
+            assert got["pairs"] == expected, case["package"]
+        else:
+            scores = np.asarray(got["scores"], np.float32)
+            assert scores.shape == expected.shape
+            assert np.abs(scores - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
+
+
+def test_js_bad_input_is_named(js_node, packages, rerankers, lm_package):
+    """The Python runtime's errors, in JS: an empty list, a text over max_seq_length without
+    truncation, a package of the other kind or family, a Hugging Face folder."""
+    folder, package = packages["bert"]
+    long = " ".join(WORDS * 3)
+    cases = [
+        ({"package": package, "call": "embed", "texts": []}, "embed got an empty list of texts"),
+        ({"package": package, "call": "embed", "texts": "one"}, "give [text] for one"),
+        ({"package": package, "call": "embed", "texts": ["a", long], "truncate": False},
+         "text 1 is over the model's max_seq_length of 40 tokens"),
+        ({"package": package, "call": "embed", "texts": ["a"], "variant": "int8-web"},
+         'variant "int8-web" is not in this package'),
+        ({"package": rerankers["bert-rerank"][1], "call": "embed", "texts": ["a"]},
+         "is a cross-encoder (a text pair -> scores): use score"),
+        ({"package": lm_package, "call": "embed", "texts": ["a"]},
+         "not an encoder (sentence-embedding) one: load it with loadPackage"),
+        ({"package": folder, "call": "embed", "texts": ["a"]},
+         "is a Hugging Face model folder, not a model package"),
+        ({"package": package, "call": "loadPackage"}, "an encoder (sentence-embedding) package: "
+         "load it with loadEmbedder"),
+    ]  # fmt: skip
+    got = run_embed_js(js_node, [c for c, _ in cases])
+    assert len(got) == len(cases)
+    for (case, message), result in zip(cases, got, strict=True):
+        assert message in result.get("error", ""), (case, result)
+
+
+def rewrite_golden(package: Path, out: Path, edit) -> Path:
+    """A copy of the package whose golden.json is edit(golden) (None: removed), its checksum
+    list updated: what `verify` reads is the edited file, not a corrupt one."""
+    import shutil
+
+    from edgeformer.core.files import sha256
+
+    shutil.copytree(package, out)
+    config = json.loads((out / "config.json").read_text())
+    golden = edit(json.loads((out / "golden.json").read_text()))
+    if golden is None:
+        (out / "golden.json").unlink()
+        del config["files"]["golden.json"]
+    else:
+        (out / "golden.json").write_text(json.dumps(golden))
+        config["files"]["golden.json"] = sha256(out / "golden.json")
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_verify_an_encoder_package(packages, rerankers, tmp_path, capsys):
+    """`edgeformer verify` on an encoder package: every variant's output on export's probe ids
+    against the folder's model's (golden.json), within export's bounds; a reference that is
+    not the graph's fails it, and a package without golden.json is named."""
+    from edgeformer.cli import main
+    from edgeformer.runtime.verify import verify_encoder
+
+    _, package = packages["xlm-roberta"]
+    checks, tokenizer = verify_encoder(package)
+    assert [c.variant for c in checks] == ["fp32", "int8", "int8-dynamic", "int4"]
+    assert tokenizer is None and all(c.passed for c in checks), checks
+    assert checks[0].min_cosine >= 0.9999 and checks[0].max_relative_error < 1e-4
+    assert main(["verify", str(rerankers["bert-rerank"][1])]) == 0
+    out = capsys.readouterr().out
+    assert "min cosine" in out and "tokenizer: ok" in out
+
+    def shifted(g: dict) -> dict:  # the first probe's reference: another text's
+        g["reference"][0] = g["reference"][3]
+        return g
+
+    wrong = rewrite_golden(package, tmp_path / "wrong", shifted)
+    assert main(["verify", str(wrong), "--variants", "fp32"]) == 1
+    assert "FAILED (cosine >= 0.9999, relative error <= 0.0001)" in capsys.readouterr().out
+
+    def other_ids(g: dict) -> dict:  # export's ids no longer the tokenizer's
+        g["ids"][0][1] = (g["ids"][0][1] + 1) % 100
+        return g
+
+    assert main(["verify", str(rewrite_golden(package, tmp_path / "ids", other_ids))]) == 1
+    assert "does not encode export's probe text 0" in capsys.readouterr().out
+    old = rewrite_golden(package, tmp_path / "old", lambda g: None)
+    with pytest.raises(PackageError, match="has no golden.json .exported before 2026-12-02.: re-"):
+        verify_encoder(old)
