@@ -15,15 +15,24 @@ The rule (docs/package-format.md; the JavaScript runtime applies the same one):
    `(?(..)..)` or absent operator `(?~..)`: they make matching exponential or recursive;
 3. every counted repetition `{n}`, `{n,}`, `{n,m}`, `{,m}` has n, m <= MAX_REPEAT_COUNT;
 4. a repeated group (a group, or a quantified atom, under a quantifier that allows more than
-   one repetition: `*`, `+`, `{n,}`, `{n,m}` with m >= 2) holds no repetition and no
-   alternation inside: no `(a+)+`, `(a*)*`, `(a|aa)+`, `a{2}{3}`;
+   one repetition: `*`, `+`, `{n,}`, `{n,m}` with m >= 2) matches its text in one way only:
+   no repetition, alternation or optional item inside: no `(a+)+`, `(a*)*`, `(a|aa)+`,
+   `a{2}{3}`, `(?:a?){60}` (60 optional items: V8 backtracked 16 s on 6 characters),
+   `(a?b?)+`;
 5. repetitions in a row: the degree of a repeated item is 1, of a sequence the sum of its
    items', of an alternation the largest of its branches' (a group: its body's). A top-level
    branch has degree <= 2 and, once it reached 2, only optional items (`?`, `{0,1}`) follow;
    a group's body has degree <= 1. So `\s*[\r\n]+` and `[^\s\p{L}]+[\r\n]*` (cl100k) pass,
    `x*x*$`, `x*x*x*` and `(?:x*x*)y` do not: a repetition whose continuation can fail after
    another repetition costs the square of the input's length per position tried;
-6. groups nest at most MAX_NESTING deep; a pattern this module cannot read (an unclosed
+6. the ways a pattern may match at one position without repetitions: an item 1, an optional
+   item its own + 1, a sequence the product of its items', an alternation the sum of its
+   branches' (a group: its body's); at most MAX_WAYS anywhere. So `a?a?...a?aaa...a` (2^n
+   paths tried on "aaa...a!") is refused whatever its length, while cl100k's 7-way
+   contraction group (x 2 for its optional prefix) passes: rules 4 and 6 bound the work of a
+   pattern, not only its shape (backtracking steps per position <= MAX_WAYS x the input's
+   length ^ degree);
+7. groups nest at most MAX_NESTING deep; a pattern this module cannot read (an unclosed
    group or class) is refused as well, never passed on.
 
 What the bound leaves: an accepted pattern may still cost the square of the input's length
@@ -44,6 +53,7 @@ MAX_PATTERN_CHARS = 4096
 MAX_REPEAT_COUNT = 100
 MAX_DEGREE = 2  # in a top-level branch; 1 in a group's body
 MAX_NESTING = 32
+MAX_WAYS = 1024  # ways to match at one position, counted without repetitions (rule 6)
 
 
 class PatternRefused(ValueError):
@@ -57,6 +67,8 @@ class _Node:
     repeats: bool = False  # holds a quantifier allowing more than one repetition
     alternates: bool = False  # holds an alternation `|`
     degree: int = 0
+    ways: int = 1  # ways to match (rule 6), capped at MAX_WAYS + 1
+    optional: bool = False  # holds an optional item (`?`, `{0,1}`)
 
 
 def _quantifier(p: str, i: int) -> tuple[int, int | None, int] | None:
@@ -181,11 +193,16 @@ class _Parser:
         while self.i < len(self.p) and self.p[self.i] == "|":
             self.i += 1
             branches.append(self.sequence(depth))
-        return _Node(
+        node = _Node(
             repeats=any(b.repeats for b in branches),
             alternates=len(branches) > 1 or any(b.alternates for b in branches),
             degree=max(b.degree for b in branches),
+            ways=_capped(sum(b.ways for b in branches)),
+            optional=any(b.optional for b in branches),
         )
+        if node.ways > MAX_WAYS:
+            raise PatternRefused(_too_many_ways(self.i))
+        return node
 
     def sequence(self, depth: int) -> _Node:
         node = _Node()
@@ -203,7 +220,11 @@ class _Parser:
                 )
             node.repeats |= item.repeats
             node.alternates |= item.alternates
+            node.optional |= item.optional
             node.degree += item.degree
+            node.ways = _capped(node.ways * item.ways)
+            if node.ways > MAX_WAYS:
+                raise PatternRefused(_too_many_ways(start))
             if node.degree > most:
                 where = (
                     "two repetitions in a row in a top-level branch"
@@ -243,15 +264,34 @@ class _Parser:
             lo, hi, end = q
             optional = lo == 0
             if hi is None or hi > 1:
-                if inner.repeats or inner.alternates:
-                    what = "a repetition" if inner.repeats else "an alternation"
+                if inner.repeats or inner.alternates or inner.optional or inner.ways > 1:
+                    what = (
+                        "a repetition"
+                        if inner.repeats
+                        else ("an alternation" if inner.alternates else "an optional item")
+                    )
                     raise PatternRefused(
                         f"{p[i:end]!r} at offset {i} repeats {what} (nested repetition "
                         "backtracks exponentially)"
                     )
                 inner = _Node(repeats=True, degree=max(inner.degree, 1))
+            elif lo == 0 and hi == 1:
+                inner = _Node(
+                    inner.repeats, inner.alternates, inner.degree, _capped(inner.ways + 1), True
+                )
             self.i = end
         return inner, optional
+
+
+def _capped(ways: int) -> int:
+    return min(ways, MAX_WAYS + 1)
+
+
+def _too_many_ways(offset: int) -> str:
+    return (
+        f"more than {MAX_WAYS} ways to match at one position (at offset {offset}): "
+        "backtracking tries every one of them"
+    )
 
 
 def pattern_problem(pattern: object) -> str | None:

@@ -950,7 +950,8 @@ export default {
   "max_degree": 2,
   "max_nesting": 32,
   "max_pattern_chars": 4096,
-  "max_repeat_count": 100
+  "max_repeat_count": 100,
+  "max_ways": 1024
  },
  "readable_versions": [
   2,

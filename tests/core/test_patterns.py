@@ -11,6 +11,7 @@ import pytest
 from edgeformer.core.patterns import (
     MAX_PATTERN_CHARS,
     MAX_REPEAT_COUNT,
+    MAX_WAYS,
     pattern_problem,
     tokenizer_pattern_problem,
 )
@@ -49,6 +50,13 @@ HOSTILE = {
     r"x*x*x*\w": "more than two repetitions in a row",
     r"x*x*$": "'$' at offset 4 must match after 2 repetitions",
     r"(?:x|xx)?x*x*\d": r"'\\d' at offset 13 must match after 2 repetitions",
+    r"(?:a?){60}": "repeats an optional item",  # V8 backtracked 16 s on 6 characters
+    r"(a?b?)+$": "repeats an optional item",
+    r"(?:a{0,1}){2,9}": "repeats an optional item",
+    r"a?{5}": "repeats an optional item",
+    "a?" * 30 + "a" * 30: f"more than {MAX_WAYS} ways to match at one position",
+    "(?:x|y|z)?" * 6: f"more than {MAX_WAYS} ways to match at one position",
+    "|".join("x" * (MAX_WAYS + 1)): f"more than {MAX_WAYS} ways",
     r"(a)\1": r"backreference \1",
     r"\k<x>": "named backreference",
     r"\g<0>": "subroutine call",
@@ -123,6 +131,29 @@ def test_the_bound_separates_slow_patterns_from_fast_ones():
         for ch in " x!1\n":
             assert encode(REAL[name], ch * 20_000) == "ok"
     assert time.perf_counter() - start < 30  # ~0.1 s measured; a catastrophic one never ends
+
+
+def test_the_work_bound_separates_slow_patterns_from_fast_ones():
+    """Rule 6 bounds work, not only shape: 2^n optional items that must all be tried (each
+    accepted by rules 1-5 before) take Oniguruma exponential time; 2^9 of them stay fast."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    def seconds(pattern: str, text: str) -> float:
+        tok = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), "isolated")
+        start = time.perf_counter()
+        try:
+            tok.encode(text)
+        except BaseException:  # pyo3's PanicException: onig's retry limit
+            return float("inf")
+        return time.perf_counter() - start
+
+    slow = "a?" * 23 + "a" * 23 + r"\d"  # 2^23 ways: refused (rule 6)
+    fast = "a?" * 9 + "a" * 9 + r"\d"  # 2^9: accepted
+    assert pattern_problem(slow) and pattern_problem(fast) is None
+    text = "a" * 23  # 60 ms for the slow one on the shared 2-core machine, 3x per extra a?
+    # same-run ratio: the refused one costs far more than the accepted one on the same text
+    assert seconds(slow, text) > 50 * max(seconds(fast, text), 1e-4)
 
 
 def test_the_rule_is_json_clean():
