@@ -30,6 +30,9 @@ export const MAX_REPEAT_COUNT = contract.patterns.max_repeat_count;
 export const MAX_DEGREE = contract.patterns.max_degree; // in a top-level branch; 1 in a group's body
 export const MAX_NESTING = contract.patterns.max_nesting;
 export const MAX_WAYS = contract.patterns.max_ways; // ways to match at one position (rule 6)
+// the normalizer's expansion: characters one input character may become (core/patterns.py)
+export const MAX_NORMALIZER_EXPANSION = contract.patterns.max_normalizer_expansion;
+const UNICODE_EXPANSION = contract.patterns.unicode_expansion;
 
 class PatternRefused extends Error {}
 
@@ -250,9 +253,74 @@ export function patternProblem(pattern) {
   return null;
 }
 
-/** The first refused Regex entry of a parsed tokenizer.json as "PATH: why", or null. */
+/** The longest replacement of a SentencePiece precompiled charsmap (base64: a little-endian
+ * uint32 trie size, the trie, NUL-terminated UTF-8 strings); 1 when unreadable. */
+function charsmapLongest(charsmap) {
+  if (typeof charsmap !== "string") return 1;
+  let blob;
+  try {
+    blob = Uint8Array.from(atob(charsmap), (c) => c.charCodeAt(0));
+  } catch {
+    return 1;
+  }
+  if (blob.length < 4) return 1;
+  const trie = (blob[0] | (blob[1] << 8) | (blob[2] << 16) | (blob[3] << 24)) >>> 0;
+  const decoder = new TextDecoder();
+  let longest = 1;
+  let start = 4 + trie;
+  for (let i = start; i <= blob.length; i++) {
+    if (i === blob.length || blob[i] === 0) {
+      if (i > start) longest = Math.max(longest, [...decoder.decode(blob.subarray(start, i))].length);
+      start = i + 1;
+    }
+  }
+  return longest;
+}
+
+function leafExpansion(n) {
+  if (n.type === "Replace") {
+    const size = typeof n.content === "string" ? [...n.content].length : 0;
+    const s = n.pattern?.String;
+    if (typeof s === "string" && s.length) return Math.max(1, Math.ceil(size / [...s].length));
+    return size + 1;
+  }
+  if (n.type === "Prepend") return 1 + (typeof n.prepend === "string" ? [...n.prepend].length : 0);
+  if (n.type === "Precompiled") return Math.max(1, charsmapLongest(n.precompiled_charsmap));
+  if (n.type === "ByteLevel") return 4;
+  return 1;
+}
+
+/** Characters one input character may become in a tokenizer.json normalizer (capped). */
+export function normalizerExpansion(normalizer) {
+  let product = 1;
+  let unicode = 1;
+  const stack = [normalizer];
+  while (stack.length) {
+    const n = stack.pop();
+    if (!n || typeof n !== "object" || Array.isArray(n)) continue;
+    if (n.type === "Sequence") {
+      if (Array.isArray(n.normalizers)) stack.push(...n.normalizers);
+      continue;
+    }
+    unicode = Math.max(unicode, UNICODE_EXPANSION[n.type] ?? 1);
+    product = Math.min(product * leafExpansion(n), MAX_NORMALIZER_EXPANSION + 1);
+  }
+  return Math.min(product * unicode, MAX_NORMALIZER_EXPANSION + 1);
+}
+
+/** The first refused Regex entry of a parsed tokenizer.json as "PATH: why", or a normalizer over
+ * the expansion bound, or null. */
 export function regexProblem(data) {
   if (!data || typeof data !== "object" || Array.isArray(data)) return null;
+  return firstRegexProblem(data) ?? expansionProblem(data.normalizer);
+}
+
+function expansionProblem(normalizer) {
+  if (normalizerExpansion(normalizer) <= MAX_NORMALIZER_EXPANSION) return null;
+  return `normalizer expansion: one character may become more than ${MAX_NORMALIZER_EXPANSION} characters (its Replace / Prepend / charsmap expansions multiply)`;
+}
+
+function firstRegexProblem(data) {
   const stack = Object.entries(data).filter(([k]) => k !== "model" && k !== "added_tokens");
   while (stack.length) {
     const [path, n] = stack.pop();
