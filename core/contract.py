@@ -240,6 +240,9 @@ def contract() -> dict[str, Any]:
             "max_repeat_count": patterns.MAX_REPEAT_COUNT,
             "max_degree": patterns.MAX_DEGREE,
             "max_nesting": patterns.MAX_NESTING,
+            "max_ways": patterns.MAX_WAYS,
+            "max_normalizer_expansion": patterns.MAX_NORMALIZER_EXPANSION,
+            "unicode_expansion": patterns.UNICODE_EXPANSION,
         },
     }
 

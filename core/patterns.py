@@ -15,15 +15,24 @@ The rule (docs/package-format.md; the JavaScript runtime applies the same one):
    `(?(..)..)` or absent operator `(?~..)`: they make matching exponential or recursive;
 3. every counted repetition `{n}`, `{n,}`, `{n,m}`, `{,m}` has n, m <= MAX_REPEAT_COUNT;
 4. a repeated group (a group, or a quantified atom, under a quantifier that allows more than
-   one repetition: `*`, `+`, `{n,}`, `{n,m}` with m >= 2) holds no repetition and no
-   alternation inside: no `(a+)+`, `(a*)*`, `(a|aa)+`, `a{2}{3}`;
+   one repetition: `*`, `+`, `{n,}`, `{n,m}` with m >= 2) matches its text in one way only:
+   no repetition, alternation or optional item inside: no `(a+)+`, `(a*)*`, `(a|aa)+`,
+   `a{2}{3}`, `(?:a?){60}` (60 optional items: V8 backtracked 16 s on 6 characters),
+   `(a?b?)+`;
 5. repetitions in a row: the degree of a repeated item is 1, of a sequence the sum of its
    items', of an alternation the largest of its branches' (a group: its body's). A top-level
    branch has degree <= 2 and, once it reached 2, only optional items (`?`, `{0,1}`) follow;
    a group's body has degree <= 1. So `\s*[\r\n]+` and `[^\s\p{L}]+[\r\n]*` (cl100k) pass,
    `x*x*$`, `x*x*x*` and `(?:x*x*)y` do not: a repetition whose continuation can fail after
    another repetition costs the square of the input's length per position tried;
-6. groups nest at most MAX_NESTING deep; a pattern this module cannot read (an unclosed
+6. the ways a pattern may match at one position without repetitions: an item 1, an optional
+   item its own + 1, a sequence the product of its items', an alternation the sum of its
+   branches' (a group: its body's); at most MAX_WAYS anywhere. So `a?a?...a?aaa...a` (2^n
+   paths tried on "aaa...a!") is refused whatever its length, while cl100k's 7-way
+   contraction group (x 2 for its optional prefix) passes: rules 4 and 6 bound the work of a
+   pattern, not only its shape (backtracking steps per position <= MAX_WAYS x the input's
+   length ^ degree);
+7. groups nest at most MAX_NESTING deep; a pattern this module cannot read (an unclosed
    group or class) is refused as well, never passed on.
 
 What the bound leaves: an accepted pattern may still cost the square of the input's length
@@ -33,17 +42,32 @@ tokenizers' patterns take ~1 ms for 20,000 hostile characters (tests/core/test_p
 
 `pattern_problem(pattern)` says why one pattern is refused (None: accepted);
 `tokenizer_pattern_problem(data)` walks a parsed tokenizer.json for every `Regex` entry and
-names the first refused one by its JSON path.
+names the first refused one by its JSON path, and then bounds its normalizer's expansion
+(`normalizer_expansion`): how many characters one input character may become, at most
+MAX_NORMALIZER_EXPANSION. Two chained `Replace` normalizers of 20,000 characters each made one
+'§' 400 M characters (Python: SIGABRT on a 10 GB allocation; JavaScript: "Invalid array length"
+blamed on the input); real tokenizers' chains stay under 100 (ALBERT's: NFKD, a SentencePiece
+charsmap and a Regex Replace). A Replace of a String multiplies by ceil(len(content) / len(the
+string)), of a Regex by len(content) + 1 (an empty match inserts at every position), a Prepend by
+1 + its length, a SentencePiece charsmap by its longest entry, ByteLevel by 4 (UTF-8 bytes); the
+Unicode ones (NFKC / NFKD 18, NFC / NFD 4, Lowercase, BertNormalizer 3) by the largest of them
+once (a normalized text stays normalized).
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 MAX_PATTERN_CHARS = 4096
 MAX_REPEAT_COUNT = 100
 MAX_DEGREE = 2  # in a top-level branch; 1 in a group's body
 MAX_NESTING = 32
+MAX_WAYS = 1024  # ways to match at one position, counted without repetitions (rule 6)
+MAX_NORMALIZER_EXPANSION = 1024  # characters one input character may become in the normalizer
+EXPANSION_PROBLEM = "normalizer expansion"  # how tokenizer_pattern_problem names that one
+UNICODE_EXPANSION = {"NFKC": 18, "NFKD": 18, "NFC": 4, "NFD": 4, "Lowercase": 3,
+                     "BertNormalizer": 3}  # fmt: skip
 
 
 class PatternRefused(ValueError):
@@ -57,6 +81,8 @@ class _Node:
     repeats: bool = False  # holds a quantifier allowing more than one repetition
     alternates: bool = False  # holds an alternation `|`
     degree: int = 0
+    ways: int = 1  # ways to match (rule 6), capped at MAX_WAYS + 1
+    optional: bool = False  # holds an optional item (`?`, `{0,1}`)
 
 
 def _quantifier(p: str, i: int) -> tuple[int, int | None, int] | None:
@@ -181,11 +207,16 @@ class _Parser:
         while self.i < len(self.p) and self.p[self.i] == "|":
             self.i += 1
             branches.append(self.sequence(depth))
-        return _Node(
+        node = _Node(
             repeats=any(b.repeats for b in branches),
             alternates=len(branches) > 1 or any(b.alternates for b in branches),
             degree=max(b.degree for b in branches),
+            ways=_capped(sum(b.ways for b in branches)),
+            optional=any(b.optional for b in branches),
         )
+        if node.ways > MAX_WAYS:
+            raise PatternRefused(_too_many_ways(self.i))
+        return node
 
     def sequence(self, depth: int) -> _Node:
         node = _Node()
@@ -203,7 +234,11 @@ class _Parser:
                 )
             node.repeats |= item.repeats
             node.alternates |= item.alternates
+            node.optional |= item.optional
             node.degree += item.degree
+            node.ways = _capped(node.ways * item.ways)
+            if node.ways > MAX_WAYS:
+                raise PatternRefused(_too_many_ways(start))
             if node.degree > most:
                 where = (
                     "two repetitions in a row in a top-level branch"
@@ -243,15 +278,34 @@ class _Parser:
             lo, hi, end = q
             optional = lo == 0
             if hi is None or hi > 1:
-                if inner.repeats or inner.alternates:
-                    what = "a repetition" if inner.repeats else "an alternation"
+                if inner.repeats or inner.alternates or inner.optional or inner.ways > 1:
+                    what = (
+                        "a repetition"
+                        if inner.repeats
+                        else ("an alternation" if inner.alternates else "an optional item")
+                    )
                     raise PatternRefused(
                         f"{p[i:end]!r} at offset {i} repeats {what} (nested repetition "
                         "backtracks exponentially)"
                     )
                 inner = _Node(repeats=True, degree=max(inner.degree, 1))
+            elif lo == 0 and hi == 1:
+                inner = _Node(
+                    inner.repeats, inner.alternates, inner.degree, _capped(inner.ways + 1), True
+                )
             self.i = end
         return inner, optional
+
+
+def _capped(ways: int) -> int:
+    return min(ways, MAX_WAYS + 1)
+
+
+def _too_many_ways(offset: int) -> str:
+    return (
+        f"more than {MAX_WAYS} ways to match at one position (at offset {offset}): "
+        "backtracking tries every one of them"
+    )
 
 
 def pattern_problem(pattern: object) -> str | None:
@@ -270,12 +324,89 @@ def pattern_problem(pattern: object) -> str | None:
     return None
 
 
+def _charsmap_longest(charsmap: object) -> int:
+    """The longest replacement (in characters) of a SentencePiece precompiled charsmap: after a
+    little-endian uint32 trie size and the trie, NUL-terminated UTF-8 strings (1: unreadable,
+    left to the tokenizers library to refuse)."""
+    if not isinstance(charsmap, str):
+        return 1
+    try:
+        blob = base64.b64decode(charsmap, validate=False)
+    except ValueError:
+        return 1
+    if len(blob) < 4:
+        return 1
+    strings = blob[4 + int.from_bytes(blob[:4], "little") :]
+    return max((len(s.decode("utf-8", "replace")) for s in strings.split(b"\0")), default=1)
+
+
+def _leaf_expansion(node: dict) -> int:
+    """Characters one input character may become in one (non-Sequence) normalizer."""
+    kind = node.get("type")
+    if kind == "Replace":
+        content, pattern = node.get("content"), node.get("pattern")
+        size = len(content) if isinstance(content, str) else 0
+        if (
+            isinstance(pattern, dict)
+            and isinstance(pattern.get("String"), str)
+            and pattern["String"]
+        ):
+            return max(1, -(-size // len(pattern["String"])))
+        return size + 1
+    if kind == "Prepend":
+        prepend = node.get("prepend")
+        return 1 + (len(prepend) if isinstance(prepend, str) else 0)
+    if kind == "Precompiled":
+        return max(1, _charsmap_longest(node.get("precompiled_charsmap")))
+    if kind == "ByteLevel":
+        return 4
+    return 1
+
+
+def normalizer_expansion(normalizer: object) -> int:
+    """How many characters one input character may become in a tokenizer.json normalizer (the
+    rule in this module's docstring); walked without recursion, capped past the bound."""
+    product, unicode, stack = 1, 1, [normalizer]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if node.get("type") == "Sequence":
+            children = node.get("normalizers")
+            stack.extend(children if isinstance(children, list) else [])
+            continue
+        unicode = max(unicode, UNICODE_EXPANSION.get(str(node.get("type")), 1))
+        product = min(product * _leaf_expansion(node), MAX_NORMALIZER_EXPANSION + 1)
+    return min(product * unicode, MAX_NORMALIZER_EXPANSION + 1)
+
+
+def refused_what(problem: str) -> str:
+    """What a tokenizer_pattern_problem answer refuses, for a message: "FILE has a refused
+    {refused_what(problem)}"."""
+    return problem if problem.startswith(EXPANSION_PROBLEM) else f"regular expression: {problem}"
+
+
 def tokenizer_pattern_problem(data: object) -> str | None:
     """The first refused `Regex` entry of a parsed tokenizer.json, as "PATH: why" (PATH: its
-    JSON path, e.g. pre_tokenizer.pretokenizers[0].pattern.Regex), or None. Walked without
-    recursion (a file nested thousands deep is not a RecursionError here)."""
+    JSON path, e.g. pre_tokenizer.pretokenizers[0].pattern.Regex), or a normalizer over the
+    expansion bound, or None. Walked without recursion (a file nested thousands deep is not a
+    RecursionError here)."""
     if not isinstance(data, dict):
         return None  # not a tokenizer.json: its reader says so
+    return _regex_problem(data) or _expansion_problem(data.get("normalizer"))
+
+
+def _expansion_problem(normalizer: object) -> str | None:
+    expansion = normalizer_expansion(normalizer)
+    if expansion <= MAX_NORMALIZER_EXPANSION:
+        return None
+    return (
+        f"{EXPANSION_PROBLEM}: one character may become more than {MAX_NORMALIZER_EXPANSION} "
+        "characters (its Replace / Prepend / charsmap expansions multiply)"
+    )
+
+
+def _regex_problem(data: dict) -> str | None:
     # the components that run patterns; the model's vocabulary and merges hold none
     stack: list[tuple[str, object]] = [
         (key, value) for key, value in data.items() if key not in ("model", "added_tokens")

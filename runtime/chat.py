@@ -12,13 +12,28 @@ writes them), as transformers does.
 A template is code from whoever made the model: it runs in Jinja's immutable sandbox (no
 attribute access to Python internals, no mutation of the inputs, ranges bounded) and its output
 is bounded (MAX_PROMPT_CHARS): a hostile one is a ChatTemplateError, never code execution or an
-unbounded string.
+unbounded string. A render's time and memory are bounded too, whatever one line of it does:
+
+- every string or list an operation makes (`+ * ** %`, `~`, a call, a filter, a test) holds
+  at most MAX_TEMPLATE_VALUE items, checked before it is built where the operation could
+  amplify its inputs (`x * n`, `join`, `replace`, `indent`, `center(n)`, widths in `%` and
+  `format`, `tojson(indent=...)`): `((range(100000)|list) * 300)` is refused before it asks for
+  30 M items, list doubling stops at the bound;
+- an int argument of a call or filter is at most MAX_TEMPLATE_VALUE, an int result at most
+  MAX_INT_BITS bits (`x ** y`, repeated squaring);
+- the work of a render: PYTHON_STEP_UNITS per executed line of the compiled template and per
+  Python call it leads to (a filter's key function per item), plus the items every operation
+  reads and makes (a `sort` of n items: n; `x in list`: the list's length), at most
+  MAX_TEMPLATE_WORK units (a few seconds at most; a real template over a 100-turn
+  conversation uses a few %).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +45,11 @@ MAX_TEMPLATE_CHARS = 1 << 20
 # the template's own work per render, in executed lines of its compiled code (a real template
 # runs a few thousand; nested loops that print nothing would otherwise run unbounded)
 MAX_TEMPLATE_STEPS = 2_000_000
+MAX_TEMPLATE_VALUE = MAX_PROMPT_CHARS  # items of any one string / list / dict a render makes
+MAX_TEMPLATE_WORK = 1 << 25  # lines + items read and made by operations, per render
+PYTHON_STEP_UNITS = 64  # a line or Python call costs ~64 items copied in C (~1 us vs ~15 ns)
+MAX_INT_BITS = 1 << 12  # an int a template computes (2^4096: far above any count or id)
+MAX_JSON_INDENT = 64
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                       "cls_token", "mask_token")  # fmt: skip
 
@@ -72,12 +92,232 @@ def check_messages(messages: object) -> list[dict]:
     return out
 
 
+# the work left to the render running in this context (None: no render runs)
+_WORK: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("work", default=None)
+_WIDE_FORMAT_ERROR = "the chat template formats with a width or precision of 7 digits or more"
+_WIDE_FORMAT = re.compile(r"%[-#0 +]*\d{7,}|%[-#0 +]*\d*\.\d{7,}|\{[^{}]*?\d{7,}[^{}]*\}")
+
+
+def _size(value: Any) -> int:
+    """The items a value holds (a string's characters), 1 for a scalar."""
+    return len(value) if isinstance(value, str | list | tuple | dict | set | frozenset) else 1
+
+
+def _charge(units: int) -> None:
+    left = _WORK.get()
+    if left is None:
+        return
+    left[0] -= units
+    if left[0] < 0:
+        raise ChatTemplateError(
+            f"the chat template's work passed {MAX_TEMPLATE_WORK} units (lines and items an "
+            "operation reads or makes): a loop or an operation without bound"
+        )
+
+
+def _refuse_size(items: int, what: str) -> None:
+    if items > MAX_TEMPLATE_VALUE:
+        raise ChatTemplateError(
+            f"the chat template makes {what} of {items} items (at most {MAX_TEMPLATE_VALUE})"
+        )
+
+
+def _made(value: Any) -> Any:
+    """A value an operation made: its size bounded and charged (and an int's bits)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > MAX_INT_BITS:
+            raise ChatTemplateError(f"the chat template makes an int over {MAX_INT_BITS} bits")
+        return value
+    size = _size(value)
+    _refuse_size(size, f"a {type(value).__name__}")
+    _charge(size)
+    return value
+
+
+def _check_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """The arguments of a call or filter: int ones bounded, their sizes charged."""
+    for value in (*args, *kwargs.values()):
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and abs(value) > MAX_TEMPLATE_VALUE
+        ):
+            raise ChatTemplateError(
+                f"the chat template passes {value} to a call (at most {MAX_TEMPLATE_VALUE})"
+            )
+        _charge(_size(value))
+
+
+def _binop_result_size(operator: str, left: Any, right: Any) -> int:
+    """The items `left operator right` would make, before it is computed (0: no sequence)."""
+    sized = (str, list, tuple)
+    if operator == "*":
+        if isinstance(left, sized) and isinstance(right, int):
+            return len(left) * max(right, 0)
+        if isinstance(right, sized) and isinstance(left, int):
+            return len(right) * max(left, 0)
+    if operator == "+" and isinstance(left, sized) and isinstance(right, sized):
+        return len(left) + len(right)
+    return 0
+
+
+def _bounded_binop(operator: str, left: Any, right: Any, compute: Any) -> Any:
+    _charge(_size(left) + _size(right))
+    _refuse_size(_binop_result_size(operator, left, right), f"a value with {operator!r}")
+    ints = (isinstance(left, int) and not isinstance(left, bool)
+            and isinstance(right, int) and not isinstance(right, bool))  # fmt: skip
+    if operator == "**" and ints and right > 0 and left.bit_length() * right > MAX_INT_BITS:
+        raise ChatTemplateError(f"the chat template makes an int over {MAX_INT_BITS} bits")
+    if operator == "%" and isinstance(left, str) and _WIDE_FORMAT.search(left):
+        raise ChatTemplateError(_WIDE_FORMAT_ERROR)
+    if operator == "%" and isinstance(right, tuple | list):
+        _check_arguments(right, {})
+    return _made(compute(left, right))
+
+
+def _amplified_size(name: str, value: Any, args: tuple, kwargs: dict) -> int:
+    """The items a filter or str method that can multiply its input would make (0: other)."""
+    if not isinstance(value, str | list | tuple | dict):
+        return 0
+    if name == "join" and isinstance(value, str) and args and isinstance(args[0], list | tuple):
+        return _amplified_size("join", args[0], (value,), {})  # str.join: the separator's own
+    if name == "join" and isinstance(value, list | tuple):
+        sep = args[0] if args else kwargs.get("d", "")
+        pieces = sum(_size(v) for v in value)
+        return pieces + _size(sep) * max(len(value) - 1, 0) if isinstance(sep, str) else 0
+    if name == "replace" and isinstance(value, str) and len(args) >= 2:
+        old, new = args[0], args[1]
+        if isinstance(old, str) and isinstance(new, str):
+            count = value.count(old) if old else len(value) + 1
+            return len(value) + count * len(new)
+    if name == "indent" and isinstance(value, str):
+        width = args[0] if args else kwargs.get("width", 4)
+        per_line = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+        return len(value) + (value.count("\n") + 1) * per_line
+    if name in ("format", "format_map") and isinstance(value, str) and _WIDE_FORMAT.search(value):
+        raise ChatTemplateError(_WIDE_FORMAT_ERROR)  # 1 M characters and up from one field
+    if name == "tojson":
+        indent = kwargs.get("indent", args[0] if args else None)
+        width = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else 0
+        if width > MAX_JSON_INDENT:  # every nested line repeats it
+            raise ChatTemplateError(f"the chat template's tojson indent is over {MAX_JSON_INDENT}")
+    if name == "sum" and isinstance(value, list | tuple):
+        start = kwargs.get("start", args[1] if len(args) > 1 else 0)
+        if isinstance(start, str | list | tuple):
+            return _size(start) + sum(_size(v) for v in value)
+    return 0
+
+
+def _bounded_call(name: str, function: Any, value: Any, args: tuple, kwargs: dict) -> Any:
+    """A filter, test or method call of a template: its arguments checked, what it would make
+    refused before it is made where it can amplify, its result checked and charged."""
+    _check_arguments(args, kwargs)
+    _charge(_size(value))
+    _refuse_size(_amplified_size(name, value, args, kwargs), f"a value with {name}")
+    return _made(function(value, *args, **kwargs))
+
+
+def _bounded_filters(filters: dict) -> dict:
+    """Every filter of the environment, bounded (the filtered value is its first argument;
+    jinja2's pass_context / pass_environment filters keep their marker)."""
+    import functools
+
+    def bounded(name: str, function: Any) -> Any:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            pass_arg = getattr(function, "jinja_pass_arg", None)
+            head, rest = (args[:1], args[1:]) if pass_arg is not None else ((), args)
+            if not rest:
+                return _made(function(*args, **kwargs))
+            value, others = rest[0], rest[1:]
+            return _bounded_call(name, lambda v, *a, **k: function(*head, v, *a, **k), value,
+                                 others, kwargs)  # fmt: skip
+
+        return run
+
+    return {name: bounded(name, f) for name, f in filters.items()}
+
+
+def _bounded_concat(pieces: tuple) -> str:
+    """Jinja's `~` (str_join), bounded: the strings' total size before they are joined."""
+    strings = [p if isinstance(p, str) else str(p) for p in pieces]
+    total = sum(len(x) for x in strings)
+    _refuse_size(total, "a string with '~'")
+    _charge(total)
+    return "".join(strings)
+
+
+def _charged(container: Any) -> Any:
+    """The right side of `in` / `not in`: its size charged (the search reads it)."""
+    _charge(_size(container))
+    return container
+
+
 def _environment():
-    """transformers' chat-template environment (utils/chat_template_utils.py)."""
+    """transformers' chat-template environment (utils/chat_template_utils.py), bounded in time
+    and memory (this module's docstring)."""
     import jinja2
     from jinja2 import nodes
+    from jinja2.compiler import CodeGenerator, operators
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedCodeGenerator(CodeGenerator):
+        """`~` and `in` through the environment's bounded versions."""
+
+        def visit_Concat(self, node, frame):
+            self.write("environment.bounded_concat((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+
+        def visit_Operand(self, node, frame):
+            if node.op not in ("in", "notin"):
+                return super().visit_Operand(node, frame)
+            self.write(f" {operators[node.op]} environment.charged(")
+            self.visit(node.expr, frame)
+            self.write(")")
+
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        code_generator_class = BoundedCodeGenerator
+        intercepted_binops = frozenset({"+", "-", "*", "/", "//", "%", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            return _bounded_binop(operator, left, right, self.binop_table[operator])
+
+        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's names)
+            target = getattr(__obj, "__wrapped__", __obj)  # str.format's sandbox wrapper
+            owner = getattr(target, "__self__", None)
+            name = getattr(target, "__name__", "")
+            if (
+                isinstance(owner, str)
+                and name in ("format", "format_map")
+                and _WIDE_FORMAT.search(owner)
+            ):
+                raise ChatTemplateError(_WIDE_FORMAT_ERROR)
+            sandboxed = super().call
+            if isinstance(owner, str | list | tuple | dict):  # a method: the owner is its input
+
+                def method(_owner, *a, **k):
+                    return sandboxed(__context, __obj, *a, **k)
+
+                return _bounded_call(name, method, owner, args, kwargs)
+            _check_arguments(args, kwargs)
+            return _made(sandboxed(__context, __obj, *args, **kwargs))
+
+        def getitem(self, obj, argument):
+            _charge(1)
+            value = super().getitem(obj, argument)
+            return _made(value) if isinstance(argument, slice) else value
+
+        @staticmethod
+        def bounded_concat(pieces):
+            return _bounded_concat(pieces)
+
+        @staticmethod
+        def charged(container):
+            return _charged(container)
 
     class Generation(Extension):
         """`{% generation %}...{% endgeneration %}` renders its body (transformers marks the
@@ -129,10 +369,13 @@ def _environment():
     def strftime_now(fmt):
         return datetime.now().strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(
+    env = BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols]
     )
     env.filters["tojson"] = tojson
+    env.filters = _bounded_filters(env.filters)
+    env.tests = _bounded_filters(env.tests)
+    env.globals.pop("lipsum", None)  # lipsum(n): n paragraphs from one small int
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now,
                        dict=TemplateDict(), namespace=Namespace)  # fmt: skip
     return env
@@ -200,9 +443,11 @@ def _step_budget(steps: int) -> Iterator[None]:
 
     def trace(frame, event, arg):
         if frame.f_code.co_filename != "<template>":
+            _charge(PYTHON_STEP_UNITS)  # a Python call a filter makes (sort's key per item)
             return None
         if event == "line":
             left[0] -= 1
+            _charge(PYTHON_STEP_UNITS)
             if left[0] < 0:
                 raise ChatTemplateError(
                     f"the chat template ran over {steps} steps (a loop without end or output)"
@@ -210,11 +455,13 @@ def _step_budget(steps: int) -> Iterator[None]:
         return trace
 
     previous = sys.gettrace()
+    work = _WORK.set([MAX_TEMPLATE_WORK])
     sys.settrace(trace)
     try:
         yield
     finally:
         sys.settrace(previous)
+        _WORK.reset(work)
 
 
 def token_string(value: object) -> str | None:

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from tokenizers import Tokenizer
 
-from ..core.patterns import tokenizer_pattern_problem
+from ..core.patterns import refused_what, tokenizer_pattern_problem
 from ..core.schema import PackageError
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ def load_tokenizer(path: Path, vocab_size: int, where: str) -> Tokenizer:
     except (ValueError, OSError) as e:
         raise PackageError(f"{where}: {path.name} cannot be read ({str(e)[:200]})") from None
     if problem:
-        raise PackageError(f"{where}: {path.name} has a refused regular expression: {problem}")
+        raise PackageError(f"{where}: {path.name} has a refused {refused_what(problem)}")
     try:
         tok = Tokenizer.from_str(text)
         ids = tok.get_vocab(with_added_tokens=True).values()

@@ -40,7 +40,7 @@ import torch
 from ...core.commandline import pip_extra
 from ...core.config import ModelConfig
 from ...core.generation_config import generation_settings
-from ...core.patterns import tokenizer_pattern_problem
+from ...core.patterns import refused_what, tokenizer_pattern_problem
 from ...core.schema import PackageConfig, PackageError
 
 MAX_JSON_BYTES = 64 << 20  # config.json, index, generation / tokenizer configs
@@ -269,7 +269,7 @@ def check_tokenizer(path: Path) -> Any:
 
     problem = tokenizer_pattern_problem(read_json(path, MAX_TOKENIZER_BYTES))
     if problem:
-        raise ValueError(f"{path} has a refused regular expression: {problem}")
+        raise ValueError(f"{path} has a refused {refused_what(problem)}")
     try:
         return Tokenizer.from_file(str(path))
     except BaseException as e:

@@ -1089,8 +1089,18 @@ export default {
  "patterns": {
   "max_degree": 2,
   "max_nesting": 32,
+  "max_normalizer_expansion": 1024,
   "max_pattern_chars": 4096,
-  "max_repeat_count": 100
+  "max_repeat_count": 100,
+  "max_ways": 1024,
+  "unicode_expansion": {
+   "BertNormalizer": 3,
+   "Lowercase": 3,
+   "NFC": 4,
+   "NFD": 4,
+   "NFKC": 18,
+   "NFKD": 18
+  }
  },
  "readable_versions": [
   2,

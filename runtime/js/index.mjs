@@ -755,12 +755,72 @@ const languageArgs = (o) => ({ source: o.sourceLang ?? o.source_lang ?? null, ta
 const MAX_PROMPT_CHARS = 1 << 21; // runtime/chat.py: above any context a package holds
 const MAX_TEMPLATE_CHARS = 1 << 20;
 const MAX_RANGE = 100_000; // jinja2's sandbox: range() of more items is an error
+// runtime/chat.py's render bounds: the items of any one value a render makes (and of an int
+// argument), and its work (one unit per evaluated node plus the items of every value it makes
+// or reads: nested loops, a filter chain over 100,000 items, doubling a list end here)
+const MAX_TEMPLATE_VALUE = MAX_PROMPT_CHARS;
+const MAX_TEMPLATE_WORK = 1 << 25;
+// the interpreter's own cost in those units (an item copied ~ 1): a node ~ 0.5 us, a block (a
+// loop's iteration: scopes and the loop object) ~ 10 us, measured on node 22
+const NODE_UNITS = 16;
+const BLOCK_UNITS = 256;
+const LIST_FILTER_UNITS = 32; // per item of a list a filter reads (sort's comparator: ~1 us)
+
+/** The items a runtime value of @huggingface/jinja holds (a string's characters), 1 else. */
+const sizeOf = (v) => {
+  const inner = v?.value;
+  if (typeof inner === "string" || Array.isArray(inner)) return inner.length;
+  return inner instanceof Map ? inner.size : 1;
+};
+
+/** The library's interpreter, bounded in work and in the size of every value it makes. */
+async function boundedInterpreter() {
+  const { Interpreter } = await import("@huggingface/jinja");
+  return class BoundedInterpreter extends Interpreter {
+    work = MAX_TEMPLATE_WORK;
+
+    charge(units) {
+      this.work -= units;
+      if (this.work < 0) throw new RangeError(`the render's work passed ${MAX_TEMPLATE_WORK} units (nodes and items an operation reads or makes): a loop or an operation without bound`);
+    }
+
+    evaluate(statement, environment) {
+      this.charge(NODE_UNITS);
+      const value = super.evaluate(statement, environment);
+      const size = sizeOf(value);
+      if (size > MAX_TEMPLATE_VALUE) throw new RangeError(`the template makes a value of ${size} items (at most ${MAX_TEMPLATE_VALUE})`);
+      this.charge(size);
+      return value;
+    }
+
+    applyFilter(operand, filterNode, environment) {
+      if (Array.isArray(operand?.value)) this.charge(LIST_FILTER_UNITS * operand.value.length);
+      return super.applyFilter(operand, filterNode, environment);
+    }
+
+    evaluateBlock(statements, environment) {
+      this.charge(BLOCK_UNITS); // a loop's iteration, even with an empty body
+      return super.evaluateBlock(statements, environment);
+    }
+
+    evaluateArguments(args, environment) {
+      const [positional, keywords] = super.evaluateArguments(args, environment);
+      for (const v of [...positional, ...keywords.values()]) {
+        if (typeof v?.value === "number" && Math.abs(v.value) > MAX_TEMPLATE_VALUE) {
+          throw new RangeError(`the template passes ${v.value} to a call (at most ${MAX_TEMPLATE_VALUE})`);
+        }
+      }
+      return [positional, keywords];
+    }
+  };
+}
 
 /** A chat template rendered by @huggingface/jinja (an interpreter: no JavaScript runs) with
  * transformers' globals; range() bounded as in jinja2's sandbox (the library's own builds any
  * array: range(10 ** 8) exhausted the heap). */
 async function renderTemplate(source, variables) {
-  const { Environment, Interpreter, Template } = await import("@huggingface/jinja");
+  const { Environment, Template } = await import("@huggingface/jinja");
+  const Interpreter = await boundedInterpreter();
   const template = new Template(source);
   const env = new Environment();
   const range = (start, stop, step = 1) => {

@@ -9,13 +9,17 @@
 // 2. no backreference (\1..\9, \k<..>), subroutine call (\g<..>), conditional (?(..)..) or
 //    absent operator (?~..);
 // 3. every counted repetition {n}, {n,}, {n,m}, {,m} has n, m <= MAX_REPEAT_COUNT;
-// 4. a repeated group (under *, +, {n,} or {n,m} with m >= 2) holds no repetition and no
-//    alternation: no (a+)+, (a*)*, (a|aa)+, a{2}{3};
+// 4. a repeated group (under *, +, {n,} or {n,m} with m >= 2) matches in one way only: no
+//    repetition, alternation or optional item inside: no (a+)+, (a*)*, (a|aa)+, a{2}{3},
+//    (?:a?){60} (V8 backtracked 16 s on 6 characters), (a?b?)+;
 // 5. repetitions in a row: the degree of a repeated item is 1, of a sequence the sum of its
 //    items', of an alternation the largest of its branches'. A top-level branch has degree <=
 //    MAX_DEGREE (2) and, once it reached it, only optional items (?, {0,1}) follow; a group's
 //    body has degree <= 1 (x*x*$, x*x*x*, (?:x*x*)y are refused; \s*[\r\n]+ passes);
-// 6. groups nest at most MAX_NESTING deep; a pattern this module cannot read is refused.
+// 6. the ways to match at one position without repetitions (an item 1, an optional item its
+//    own + 1, a sequence the product, an alternation the sum) are at most MAX_WAYS anywhere:
+//    a?a?...a?aa...a (2^n paths) is refused whatever its length;
+// 7. groups nest at most MAX_NESTING deep; a pattern this module cannot read is refused.
 // tests/runtime/test_js.py runs the same patterns through both and requires the same verdicts.
 
 import contract from "./contract.mjs";
@@ -25,6 +29,10 @@ export const MAX_PATTERN_CHARS = contract.patterns.max_pattern_chars;
 export const MAX_REPEAT_COUNT = contract.patterns.max_repeat_count;
 export const MAX_DEGREE = contract.patterns.max_degree; // in a top-level branch; 1 in a group's body
 export const MAX_NESTING = contract.patterns.max_nesting;
+export const MAX_WAYS = contract.patterns.max_ways; // ways to match at one position (rule 6)
+// the normalizer's expansion: characters one input character may become (core/patterns.py)
+export const MAX_NORMALIZER_EXPANSION = contract.patterns.max_normalizer_expansion;
+const UNICODE_EXPANSION = contract.patterns.unicode_expansion;
 
 class PatternRefused extends Error {}
 
@@ -127,7 +135,16 @@ function groupStart(p, i) {
   return refuse(`the group at offset ${i} is not one edgeformer reads`);
 }
 
-const node = (repeats = false, alternates = false, degree = 0) => ({ repeats, alternates, degree });
+const node = (repeats = false, alternates = false, degree = 0, ways = 1, optional = false) => ({
+  repeats,
+  alternates,
+  degree,
+  ways,
+  optional,
+});
+const capped = (ways) => Math.min(ways, MAX_WAYS + 1);
+const tooManyWays = (offset) =>
+  refuse(`more than ${MAX_WAYS} ways to match at one position (at offset ${offset}): backtracking tries every one of them`);
 
 class Parser {
   constructor(pattern) {
@@ -142,11 +159,15 @@ class Parser {
       this.i += 1;
       branches.push(this.sequence(depth));
     }
-    return node(
+    const n = node(
       branches.some((b) => b.repeats),
       branches.length > 1 || branches.some((b) => b.alternates),
       Math.max(...branches.map((b) => b.degree)),
+      capped(branches.reduce((sum, b) => sum + b.ways, 0)),
+      branches.some((b) => b.optional),
     );
+    if (n.ways > MAX_WAYS) tooManyWays(this.i);
+    return n;
   }
 
   sequence(depth) {
@@ -163,7 +184,10 @@ class Parser {
       }
       n.repeats ||= item.repeats;
       n.alternates ||= item.alternates;
+      n.optional ||= item.optional;
       n.degree += item.degree;
+      n.ways = capped(n.ways * item.ways);
+      if (n.ways > MAX_WAYS) tooManyWays(start);
       if (n.degree > most) {
         const where = depth === 0 ? "two repetitions in a row in a top-level branch" : "one repetition in a row in a group";
         refuse(`more than ${where} (at offset ${start}): backtracking grows as a power of the input's length`);
@@ -200,11 +224,13 @@ class Parser {
       const [lo, hi, end] = q;
       optional = lo === 0;
       if (hi === null || hi > 1) {
-        if (inner.repeats || inner.alternates) {
-          const what = inner.repeats ? "a repetition" : "an alternation";
+        if (inner.repeats || inner.alternates || inner.optional || inner.ways > 1) {
+          const what = inner.repeats ? "a repetition" : inner.alternates ? "an alternation" : "an optional item";
           refuse(`${repr(p.slice(i, end))} at offset ${i} repeats ${what} (nested repetition backtracks exponentially)`);
         }
         inner = node(true, false, Math.max(inner.degree, 1));
+      } else if (lo === 0 && hi === 1) {
+        inner = node(inner.repeats, inner.alternates, inner.degree, capped(inner.ways + 1), true);
       }
       this.i = end;
     }
@@ -227,9 +253,74 @@ export function patternProblem(pattern) {
   return null;
 }
 
-/** The first refused Regex entry of a parsed tokenizer.json as "PATH: why", or null. */
+/** The longest replacement of a SentencePiece precompiled charsmap (base64: a little-endian
+ * uint32 trie size, the trie, NUL-terminated UTF-8 strings); 1 when unreadable. */
+function charsmapLongest(charsmap) {
+  if (typeof charsmap !== "string") return 1;
+  let blob;
+  try {
+    blob = Uint8Array.from(atob(charsmap), (c) => c.charCodeAt(0));
+  } catch {
+    return 1;
+  }
+  if (blob.length < 4) return 1;
+  const trie = (blob[0] | (blob[1] << 8) | (blob[2] << 16) | (blob[3] << 24)) >>> 0;
+  const decoder = new TextDecoder();
+  let longest = 1;
+  let start = 4 + trie;
+  for (let i = start; i <= blob.length; i++) {
+    if (i === blob.length || blob[i] === 0) {
+      if (i > start) longest = Math.max(longest, [...decoder.decode(blob.subarray(start, i))].length);
+      start = i + 1;
+    }
+  }
+  return longest;
+}
+
+function leafExpansion(n) {
+  if (n.type === "Replace") {
+    const size = typeof n.content === "string" ? [...n.content].length : 0;
+    const s = n.pattern?.String;
+    if (typeof s === "string" && s.length) return Math.max(1, Math.ceil(size / [...s].length));
+    return size + 1;
+  }
+  if (n.type === "Prepend") return 1 + (typeof n.prepend === "string" ? [...n.prepend].length : 0);
+  if (n.type === "Precompiled") return Math.max(1, charsmapLongest(n.precompiled_charsmap));
+  if (n.type === "ByteLevel") return 4;
+  return 1;
+}
+
+/** Characters one input character may become in a tokenizer.json normalizer (capped). */
+export function normalizerExpansion(normalizer) {
+  let product = 1;
+  let unicode = 1;
+  const stack = [normalizer];
+  while (stack.length) {
+    const n = stack.pop();
+    if (!n || typeof n !== "object" || Array.isArray(n)) continue;
+    if (n.type === "Sequence") {
+      if (Array.isArray(n.normalizers)) stack.push(...n.normalizers);
+      continue;
+    }
+    unicode = Math.max(unicode, UNICODE_EXPANSION[n.type] ?? 1);
+    product = Math.min(product * leafExpansion(n), MAX_NORMALIZER_EXPANSION + 1);
+  }
+  return Math.min(product * unicode, MAX_NORMALIZER_EXPANSION + 1);
+}
+
+/** The first refused Regex entry of a parsed tokenizer.json as "PATH: why", or a normalizer over
+ * the expansion bound, or null. */
 export function regexProblem(data) {
   if (!data || typeof data !== "object" || Array.isArray(data)) return null;
+  return firstRegexProblem(data) ?? expansionProblem(data.normalizer);
+}
+
+function expansionProblem(normalizer) {
+  if (normalizerExpansion(normalizer) <= MAX_NORMALIZER_EXPANSION) return null;
+  return `normalizer expansion: one character may become more than ${MAX_NORMALIZER_EXPANSION} characters (its Replace / Prepend / charsmap expansions multiply)`;
+}
+
+function firstRegexProblem(data) {
   const stack = Object.entries(data).filter(([k]) => k !== "model" && k !== "added_tokens");
   while (stack.length) {
     const [path, n] = stack.pop();

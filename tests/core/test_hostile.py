@@ -67,6 +67,14 @@ def deep_normalizer(tok):
     return text.replace('"normalizer": null', f'"normalizer": {deep}')
 
 
+def chained_replaces(tok):
+    """Two Replace normalizers: one '§' becomes 400 M characters (issue 63: SIGABRT)."""
+    tok["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"String": "§"}, "content": "x" * 20_000},
+        {"type": "Replace", "pattern": {"String": "x"}, "content": "y" * 20_000},
+    ]}  # fmt: skip
+
+
 def id_beyond_vocab(tok):
     tok["model"]["vocab"]["zzz"] = 10**6
 
@@ -84,6 +92,7 @@ def permuted(tok):
     [
         (bad_regex, "tokenizer.json has a refused regular expression: pre_tokenizer.pattern"),
         (deep_normalizer, "tokenizer.json cannot be read"),
+        (chained_replaces, "tokenizer.json has a refused normalizer expansion: one character"),
         (id_beyond_vocab, "has token id 1000000, beyond the model's vocabulary"),
         (permuted, "tokenizer.json does not encode as it did at export"),
     ],

@@ -90,3 +90,22 @@ TEMPLATES = {"chatml": CHATML, "qwen3": QWEN3, "llama3": LLAMA3, "gemma": GEMMA,
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|start_header_id|>",
             "<|end_header_id|>", "<|eot_id|>", "<start_of_turn>", "<end_of_turn>", "<|user|>",
             "<|assistant|>", "<|system|>", "<|end|>", "<think>", "</think>"]  # fmt: skip
+
+# templates whose work or memory inside one line is unbounded without the render's bounds
+# (issue 63: the first took 130 s and 3.4 GB per render in Python, list doubling 3.2 GB in 40
+# steps; JS had no bound on nested loops): every runtime refuses each in bounded time and memory
+UNBOUNDED_RENDERS = {
+    "list times 300, sorted": "{{ ((range(100000)|list) * 300)|sort|unique|list|length }}",
+    "list doubling": "{% set ns = namespace(x=[1]) %}{% for i in range(40) %}"
+    "{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x|length }}",
+    "string doubling": "{% set ns = namespace(x='ab') %}{% for i in range(40) %}"
+    "{% set ns.x = ns.x ~ ns.x %}{% endfor %}{{ ns.x|length }}",
+    "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}"
+    "{% for k in range(100000) %}{% endfor %}{% endfor %}{% endfor %}",
+    "search in a loop": "{% set l = range(100000)|list %}{% for i in range(100000) %}"
+    "{% if -1 in l %}x{% endif %}{% endfor %}",
+    "sorting in a loop": "{% for i in range(1000) %}{{ (range(100000)|list)|sort|length }}"
+    "{% endfor %}",
+    "wide center": "{{ 'a'|center(999999999)|length }}",
+    "huge join": "{{ (range(100000)|list)|join('x' * 1000000)|length }}",
+}

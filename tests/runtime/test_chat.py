@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
-from chat_templates import CHATML, SPECIALS, TEMPLATES  # noqa: E402
+from chat_templates import CHATML, SPECIALS, TEMPLATES, UNBOUNDED_RENDERS  # noqa: E402
 
 from edgeformer.export import export_package  # noqa: E402
 from edgeformer.models.hf import convert_hf  # noqa: E402
@@ -118,12 +118,12 @@ def test_a_template_inside_tokenizer_config_and_named_templates(tmp_path):
         ("{{ messages.append(1) }}", "unsafe|failed"),
         ("{% set ns = namespace(_x=1) %}{{ ns._x }}", "failed"),
         ("{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}", "passed 2097152 characters"),
-        ("{{ 'x' * 10000000 }}", "passed|failed"),
+        ("{{ 'x' * 10000000 }}", "at most 2097152"),
         # nested loops that print nothing: bounded in steps, not only in output
         ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
-         "ran over 2000000 steps"),
+         "ran over 2000000 steps|work passed"),
         ("{% set ns = namespace(n=0) %}{% for c in 'x' * 2000000 %}{% set ns.n = ns.n + 1 %}"
-         "{% endfor %}", "ran over|failed"),
+         "{% endfor %}", "ran over|failed|work passed"),
         ("{% for %}", "does not compile"),
         ("", "empty"),
         ("{{ raise_exception('no system messages') }}", "no system messages"),
@@ -134,6 +134,73 @@ def test_hostile_templates_are_refused(template, match):
     broken template is a ChatTemplateError, as is the template's own raise_exception."""
     with pytest.raises(ChatTemplateError, match=match):
         ChatTemplate(template, {}).render([{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("name", list(UNBOUNDED_RENDERS))
+def test_work_and_memory_of_a_render_are_bounded(name):
+    """What one line of a template may do is bounded (runtime/chat.py): list and string
+    sizes before they are made, int arguments, the work of every operation; refused with
+    well under 100 MB traced (the first case asked for 3.4 GB before, and 130 s)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChatTemplateError, match="at most|work passed|over"):
+            ChatTemplate(UNBOUNDED_RENDERS[name]).render([{"role": "user", "content": "hi"}])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100e6, f"{peak / 1e6:.0f} MB"
+
+
+@pytest.mark.parametrize(
+    "template, match",
+    [
+        ("{{ 'a' * 1000000000 }}", "of 1000000000 items"),
+        ("{{ 10 ** 100000000 }}", "int over 4096 bits"),
+        ("{{ '%0999999999d'|format(1) }}", "width or precision of 7 digits"),
+        ("{{ '{:>999999999}'.format(1) }}", "width or precision of 7 digits"),
+        ("{{ ('a' * 2000000)|replace('a', 'bbbbbbbbbb') }}", "with replace of 22000000"),
+        ("{{ ('\n' * 100000)|indent('x' * 100000) }}", "with indent of"),
+        ("{{ [[1]]|tojson(indent=1000000) }}", "indent is over 64"),
+        ("{{ lipsum(100000) }}", "undefined"),
+    ],
+)  # fmt: skip
+def test_amplifying_operations_are_refused_before_they_run(template, match):
+    with pytest.raises(ChatTemplateError, match=match):
+        ChatTemplate(template).render([{"role": "user", "content": "hi"}])
+
+
+def test_real_templates_stay_far_inside_the_work_bound():
+    """Each family's template over a long conversation with tools uses under 5 % of the work
+    bound (the bound is for hostile templates, not for long chats)."""
+    from edgeformer.runtime import chat
+
+    seen = []
+    real_charge = chat._charge
+
+    def charge(units):
+        seen.append(units)
+        real_charge(units)
+
+    conversation = [{"role": "system", "content": "s " * 1000}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " * 200}
+        for i in range(100)
+    ]
+    tools = [
+        {"type": "function", "function": {"name": f"f{i}", "parameters": {}}} for i in range(20)
+    ]
+    for name, template in TEMPLATES.items():
+        seen.clear()
+        chat._charge, saved = charge, chat._charge
+        try:
+            messages = conversation[1:] if name in ("mistral", "gemma") else conversation
+            ChatTemplate(template, {"bos_token": "<s>", "eos_token": "</s>"}).render(
+                messages, tools=tools
+            )
+        finally:
+            chat._charge = saved
+        assert sum(seen) < chat.MAX_TEMPLATE_WORK // 20, (name, sum(seen))  # chatml: 3 %
 
 
 @pytest.mark.parametrize("messages", [[], "hello", [{"content": "no role"}], [["user", "hi"]]])

@@ -949,12 +949,14 @@ REGEX_CASES = [
     "(a*)*", "((a)?b?)+", "a*a*a*a*b", "a*a*a*b", "x*x*$", "(?:x*x*)y",
     "\\s*[\\r\\n]+", "(?(1)a|b)", "(?~ab)", "\\k<n>", "\\g<1>",
     "(a", "[ab", "a)", "\\", "*a", "a{2}{3}", "(" * 40 + ")" * 40, "x" * 5000,
+    "(?:a?){60}", "(a?b?)+$", "a?" * 30 + "a" * 30, "(?:x|y|z)?" * 6, "(?:x|y|z)?" * 5,
 ]  # fmt: skip
 
 
-# REGEX_CASES the rule accepts (real tokenizers' patterns; `?` repeats nothing); every other
-# case is refused (three repetitions in a row too: core/patterns.py's rule 5)
-REGEX_ACCEPTED = {*REGEX_CASES[:11], "((a)?b?)+", "\\s*[\\r\\n]+"}
+# REGEX_CASES the rule accepts (real tokenizers' patterns; optional items up to MAX_WAYS ways);
+# every other case is refused (three repetitions in a row: rule 5; a repeated optional item
+# such as ((a)?b?)+ or (?:a?){60}: rule 4; 2^30 ways: rule 6)
+REGEX_ACCEPTED = {*REGEX_CASES[:11], "\\s*[\\r\\n]+", "(?:x|y|z)?" * 5}
 
 
 def test_js_refuses_the_regexes_python_refuses(node):
@@ -1086,7 +1088,7 @@ def test_js_chat_templates_render_and_reply_as_python(node, tmp_path):
     @huggingface/jinja: the prompt of a conversation is the Python runtime's (transformers'
     apply_chat_template) for each family's template, and the reply's ids too (greedy, and
     sampled with a seed), on node and wasm."""
-    from chat_templates import TEMPLATES
+    from chat_templates import TEMPLATES, UNBOUNDED_RENDERS
     from conftest import tiny_llama
     from test_chat import chat_tokenizer
     from test_hostile import rewrite
@@ -1134,6 +1136,7 @@ def test_js_chat_templates_render_and_reply_as_python(node, tmp_path):
         "huge string": "{{ 'x' * 100000000 }}",
         "js internals": "{{ ''.constructor.constructor('return process')() }}",
         "raise": "{{ raise_exception('no system role') }}",
+        **UNBOUNDED_RENDERS,  # issue 63: work and value sizes bounded in one line too
     }
     cases = []
     for name, template in hostile.items():
