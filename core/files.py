@@ -184,13 +184,14 @@ def describe_os_error(e: OSError) -> str:
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
-def hub_id_hint(path: str | os.PathLike) -> str:
+def hub_id_hint(path: str | os.PathLike, then: str = "give DIR") -> str:
     """What to add to a 'not found' error when the missing `path` reads as a Hugging Face id:
-    that ids are never downloaded, and the one command that fetches the folder ("" otherwise)."""
+    that ids are never downloaded, the one command that fetches the folder, and `then` what to
+    do with it ("" otherwise)."""
     text = os.fspath(path)
-    if os.path.exists(text) or not HUB_ID.fullmatch(text):
-        return ""
+    if os.path.exists(text) or not HUB_ID.fullmatch(text) or os.path.isdir(text.split("/")[0]):
+        return ""  # there, not an id's shape, or inside a folder that exists (packages/x)
     return (
         f" (if {text} is a Hugging Face id: edgeformer never downloads one; fetch the folder "
-        f"first, `huggingface-cli download {text} --local-dir DIR`, and give DIR)"
+        f"first, `huggingface-cli download {text} --local-dir DIR`, and {then})"
     )

@@ -42,6 +42,9 @@ BUNDLED = {
 DEFAULT_PACKAGE = {"translate": "m30k-en-de", "generate": "shakespeare"}
 
 
+EXPORT_IT = "make it a package, `edgeformer export DIR PACKAGE_DIR`, then give PACKAGE_DIR"
+
+
 def bundled_package(name: str) -> Path | None:
     """The folder of a bundled package `name` (None: not a bundled name, or not installed)."""
     if name not in BUNDLED:
@@ -183,7 +186,9 @@ def load_package(path: str | os.PathLike, verify: bool = True) -> Package:
     if not path.exists():
         recover(path)  # an export killed while it swapped the new package in (core.files)
     if not path.is_dir():
-        raise PackageError(f"model package not found: {path} is not a folder{hub_id_hint(path)}")
+        raise PackageError(
+            f"model package not found: {path} is not a folder{hub_id_hint(path, EXPORT_IT)}"
+        )
     cfg_path = path / CONFIG_FILE
     what = not_a_package(path)
     if what is not None:

@@ -129,6 +129,25 @@ def test_input_and_output_files(ed_package, tmp_path, capsys):
     assert "not both" in capsys.readouterr().err
 
 
+def test_a_hugging_face_id_is_never_downloaded_and_says_how_to_fetch_it(
+    tmp_path, capsys, monkeypatch
+):
+    """A package given as a Hugging Face id: one line saying ids are never downloaded, the
+    command that fetches the folder and the export that makes it a package; a missing path
+    inside a folder that exists (packages/x) is only missing."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["translate", "Helsinki-NLP/opus-mt-en-de", "A man."]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert (
+        "never downloads" in err and "`huggingface-cli download Helsinki-NLP/opus-mt-en-de" in err
+    )
+    assert "`edgeformer export DIR PACKAGE_DIR`" in err, err
+    (tmp_path / "packages").mkdir()
+    assert main(["translate", "packages/m30k", "A man."]) == 2
+    err = capsys.readouterr().err
+    assert "packages/m30k is not a folder" in err and "Hugging Face" not in err, err
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
