@@ -81,7 +81,7 @@ from .text import (
     stop_test,
     text_problem,
 )
-from .tools import parse_tool_calls
+from .tools import call_constraint, chosen_tools, parse_tool_calls, tool_format
 
 __all__ = [
     "Translator",
@@ -141,6 +141,13 @@ class SourcePlan:
     opts: GenerationOptions  # prepared for it (Model.prepare; the forced tokens counted)
     inputs: DecodeInputs  # EOS, the text API's bans, the forced first tokens, stop strings
     forced: list[int]  # the target's forced first tokens (a language), output's first tokens
+
+
+def _row_stop(stop: StopTest | None, row: int) -> StopTest | None:
+    """A batch's stop test for its row `row` decoded alone (as row 0)."""
+    if stop is None:
+        return None
+    return lambda _, seq: stop(row, seq)
 
 
 class _Loaded:
@@ -813,10 +820,9 @@ class Generator(_Loaded):
                 opts = dataclasses.replace(opts, max_new_tokens=min(opts.max_new_tokens or room,
                                                                     room))  # fmt: skip
             return [
-                self._generate([p], opts, banned, None if stop is None else
-                               (lambda _, seq, r=r: stop(r, seq)), scores)[0]
+                self._generate([p], opts, banned, _row_stop(stop, r), scores)[0]
                 for r, p in enumerate(prompts)
-            ]  # fmt: skip
+            ]
         stepper, first, opts = self._start(prompts, opts)
         banned = self.banned_ids if banned is None else banned
         spec = self._speculation(opts, stepper)
@@ -1035,18 +1041,36 @@ class Generator(_Loaded):
 
     def chat_message(
         self, messages: list[dict], chat_template_kwargs: dict | None = None,
-        tools: list[dict] | None = None, **options,
+        tools: list[dict] | None = None, tool_choice: object = None,
+        parallel_tool_calls: bool = True, **options,
     ) -> dict:  # fmt: skip
         """chat()'s reply as the OpenAI API's assistant message: {"role": "assistant",
         "content": the text without its tool calls, "tool_calls": [...] (when it made any)},
-        the calls parsed as the Qwen2.5 / Qwen3 and Llama 3.x templates write them
-        (runtime/tools.py)."""
-        content, calls = parse_tool_calls(self.chat(messages, chat_template_kwargs, tools,
-                                                    **options))  # fmt: skip
+        the calls parsed as the Qwen2.5 / Qwen3, Llama 3.x, Mistral and Phi-4-mini templates
+        write them (runtime/tools.py). tool_choice (the OpenAI API's): "auto" (the default),
+        "none" (the reply is text: its calls are not parsed), "required" or {"type":
+        "function", "function": {"name": ...}}: the reply is constrained to calls of those
+        tools, in the template's form, each call's arguments valid under its tool's schema
+        (parallel_tool_calls False: exactly one call)."""
+        options = {**options, **self.tool_options(tools, tool_choice, parallel_tool_calls)}
+        reply = self.chat(messages, chat_template_kwargs, tools, **options)
+        content, calls = (reply, []) if tool_choice == "none" else parse_tool_calls(reply)
         message: dict = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [c.to_openai(i) for i, c in enumerate(calls)]
         return message
+
+    def tool_options(
+        self, tools: list[dict] | None, tool_choice: object, parallel: bool = True
+    ) -> dict:
+        """The structured-output option that makes a reply call the tools tool_choice
+        requires (runtime/tools.py call_constraint; {} for "auto" / "none")."""
+        functions = chosen_tools(tools, tool_choice)
+        if functions is None:
+            return {}
+        template = self.model.chat_template
+        fmt = tool_format(template.template if template else "")
+        return call_constraint(functions, fmt, parallel)
 
     def chat_stream(
         self, messages: list[dict], chat_template_kwargs: dict | None = None,

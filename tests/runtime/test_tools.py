@@ -1,5 +1,6 @@
 """Tool calls (issue 59): tools reach the chat template, and the reply's calls are parsed as
-the Qwen2.5 / Qwen3 (<tool_call> JSON) and Llama 3.x (a JSON reply) templates write them."""
+the Qwen2.5 / Qwen3 (<tool_call> JSON), Llama 3.x (a JSON reply), Mistral ([TOOL_CALLS]) and
+Phi-4-mini (functools[...]) templates write them; tool_choice constrains a reply to the calls."""
 
 from __future__ import annotations
 
@@ -60,6 +61,28 @@ def test_tools_reach_the_chat_template():
         ("<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),
         ('{"city": "Rome"}', '{"city": "Rome"}', []),  # JSON, but no call: the reply's text
         ("It is sunny.", "It is sunny.", []),
+        (
+            '[TOOL_CALLS] [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]',
+            "",
+            [ToolCall("a", {"x": 1}), ToolCall("b")],
+        ),  # Mistral, v3 tokenizers
+        (
+            'Sure.[TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}',
+            "Sure.",
+            [ToolCall("a", {"x": 1}), ToolCall("b")],
+        ),  # Mistral, v11+
+        ("[TOOL_CALLS]a[ARGS]{not json", "[TOOL_CALLS]a[ARGS]{not json", []),
+        (
+            'functools[{"name": "a", "arguments": {"x": 1}}]',
+            "",
+            [ToolCall("a", {"x": 1})],
+        ),  # Phi-4-mini
+        (
+            'Checking. <|tool_call|>[{"name": "a", "arguments": {}}]<|/tool_call|>',
+            "Checking.",
+            [ToolCall("a")],
+        ),
+        ("functools[oops]", "functools[oops]", []),
     ],  # fmt: skip
 )
 def test_tool_calls_are_parsed(text, content, calls):
@@ -84,3 +107,54 @@ def test_chat_message_gives_the_calls_of_a_constrained_reply(byte_lm):
     (made,) = message["tool_calls"]
     assert made["type"] == "function" and made["function"]["name"] == "wx"
     assert set(json.loads(made["function"]["arguments"])) == {"c"}
+
+
+def tiny_tool(name: str, properties: dict) -> dict:
+    params = {"type": "object", "properties": properties, "required": list(properties),
+              "additionalProperties": False}  # fmt: skip
+    return {"type": "function", "function": {"name": name, "parameters": params}}
+
+
+@pytest.mark.parametrize("fmt", ["llama3", "hermes", "mistral", "phi4"])
+def test_tool_choice_constrains_a_reply_to_the_tools_calls(byte_lm, fmt):
+    """A random model under each template form's call constraint: the reply parses into calls
+    of the chosen tool only, whose arguments follow its schema; chat_message does it for the
+    template's own form (this one's: llama3) with tool_choice. (The byte-level test model has
+    64 positions: Qwen's longer frame gets a tool without arguments.)"""
+    pytest.importorskip("llguidance", reason="needs llguidance (the structured extra)")
+    from edgeformer.runtime import Generator
+    from edgeformer.runtime.tools import call_constraint, chosen_tools
+
+    lm = Generator(str(byte_lm))
+    props = {} if fmt == "hermes" else {"c": {"type": "string", "maxLength": 1}}
+    tools = [tiny_tool("w", props), tiny_tool("f", {"x": {"type": "integer"}})]
+    functions = chosen_tools(tools, {"type": "function", "function": {"name": "w"}})
+    assert list(functions) == ["w"]
+    option = call_constraint(functions, fmt, parallel=False)  # one call: never cut by the limit
+    for seed in range(3):
+        reply = lm.chat([{"role": "user", "content": "?"}], tools=tools, max_new_tokens=56,
+                        sampling=True, seed=seed, **option)  # fmt: skip
+        content, calls = parse_tool_calls(reply)
+        assert calls and content == "", reply
+        for call in calls:
+            assert call.name == "w" and set(call.arguments) == set(props), reply
+    message = lm.chat_message([{"role": "user", "content": "?"}], tools=tools,
+                              tool_choice="required", parallel_tool_calls=False,
+                              max_new_tokens=56)  # fmt: skip
+    assert message["content"] == "" and message["tool_calls"], message
+    reply = lm.chat_message([{"role": "user", "content": "?"}], tools=tools, tool_choice="none",
+                            max_new_tokens=5)  # fmt: skip
+    assert "tool_calls" not in reply
+
+
+def test_bad_tool_choices_are_named():
+    from edgeformer.runtime.tools import chosen_tools
+
+    with pytest.raises(ValueError, match="not among the tools: get_weather"):
+        chosen_tools([WEATHER], {"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(ValueError, match="must be 'auto', 'none', 'required'"):
+        chosen_tools([WEATHER], "always")
+    with pytest.raises(ValueError, match="needs tools"):
+        chosen_tools([], "required")
+    with pytest.raises(ValueError, match=r"tools\[0\] must be"):
+        chosen_tools([{"type": "function"}], "required")
