@@ -212,6 +212,14 @@ def add_arguments(p: argparse.ArgumentParser, command: str = "bench") -> None:
         help="quality and --frontier: first N sentences / windows (default: all)",
     )
     p.add_argument(
+        "--embeddings",
+        default=None,
+        metavar="SHAPES",
+        help="sentence embeddings instead (benchmarks/embeddings.py): minilm-l6 (the real "
+        "all-MiniLM-L6-v2), bge-base (its shape, random weights), comma-separated; ours beside "
+        "sentence-transformers, Optimum and CTranslate2's Encoder (default: none)",
+    )
+    p.add_argument(
         "--frontier",
         action="append",
         default=[],
@@ -252,7 +260,32 @@ def run(args) -> int:
         args.optimum_python = optimum_env.ensure(args.make_optimum_env)
     if args.make_llama_env:
         args.llama_python = llama_env.ensure(args.make_llama_env)
+    if args.embeddings:
+        return embed_bench(args)
     return bench(Settings.from_args(args))
+
+
+def embed_bench(args) -> int:
+    """`--embeddings SHAPES`: benchmarks/embeddings.py's rows (its own stacks; --stacks all,
+    ours, peers or names)."""
+    from . import embeddings
+
+    names = [s.strip() for s in args.embeddings.split(",") if s.strip()]
+    chosen = [s.strip() for s in args.stacks.split(",") if s.strip()]
+    groups = {"all": embeddings.STACKS, "ours": [s for s in embeddings.STACKS if "edgeformer" in s],
+              "peers": [s for s in embeddings.STACKS if "edgeformer" not in s]}  # fmt: skip
+    stacks = tuple(s for c in chosen for s in groups.get(c, [c]))
+    out = Path(args.out)
+    if args.quick and out.resolve() == COMMITTED:
+        raise SystemExit(f"edgeformer bench: a quick run does not write {COMMITTED}")
+    name = "embeddings" if args.name == "latest" and out.resolve() == COMMITTED else args.name
+    embeddings.run_embeddings(embeddings.EmbedSettings(
+        tuple(names), stacks, args.threads, rounds=args.rounds or (2 if args.quick else 5),
+        warmup=max(1, args.warmup or (1 if args.quick else 2)), out=out, name=name,
+        work=Path(args.work or tempfile.mkdtemp(prefix="edgeformer-embed-")),
+        optimum_python=optimum_env.resolve(args.optimum_python),
+    ))  # fmt: skip
+    return 0
 
 
 def bench(settings: Settings) -> int:

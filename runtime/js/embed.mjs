@@ -14,7 +14,7 @@
 import { Tokenizer } from "@huggingface/tokenizers";
 import {
   CONTRACT, PackageError, checkEncoderConfig, checkNames, checkOrtVersion, checkThreads, fileSource, isNode,
-  parseJson, sha256,
+  parseJson, readConfig, sha256,
 } from "./package.mjs"; // prettier-ignore
 import { regexProblem } from "./regex.mjs";
 
@@ -104,14 +104,7 @@ export async function loadEmbedder(source, options = {}) {
   const ort = options.ort ?? (await import(backend === "node" ? "onnxruntime-node" : "onnxruntime-web"));
   const files = await fileSource(source);
   const where = `model package ${files.name}`;
-  let cfgBytes;
-  try {
-    cfgBytes = await files.read(FILES.config);
-  } catch (e) {
-    if (e instanceof PackageError) throw new PackageError(`${where} has no ${FILES.config}`);
-    throw e;
-  }
-  const data = parseJson(cfgBytes, `${where}: ${FILES.config}`);
+  const data = await readConfig(files, where);
   if (data && data.format === undefined && "architectures" in data) {
     throw new PackageError(`${files.name} is a Hugging Face model folder, not a model package: export it first (edgeformer export ${files.name} PACKAGE_DIR)`);
   }

@@ -21,7 +21,7 @@
 import { Tokenizer } from "@huggingface/tokenizers";
 import {
   CONTRACT, PackageError, checkConfig, checkGraphSizes, checkNames, checkOrtVersion, checkThreads, fileSource, forcedFirstToken,
-  generationSettings, isNode, onnxFacts, parseJson, sha256,
+  generationSettings, isNode, onnxFacts, parseJson, readConfig, sha256,
 } from "./package.mjs"; // prettier-ignore
 import { decode, fitNewTokens, makeOptions, optionKeys } from "./decoding.mjs";
 import { Translation, perText } from "./languages.mjs";
@@ -145,14 +145,7 @@ export async function loadPackage(source, options = {}) {
   }
   const files = await fileSource(source);
   const where = `model package ${files.name}`;
-  let cfgBytes;
-  try {
-    cfgBytes = await files.read(FILES.config);
-  } catch (e) {
-    if (e instanceof PackageError) throw new PackageError(`${where} has no ${FILES.config}`);
-    throw e;
-  }
-  const { cfg, model } = checkConfig(parseJson(cfgBytes, `${where}: ${FILES.config}`), `${where}: ${FILES.config}`);
+  const { cfg, model } = checkConfig(await readConfig(files, where), `${where}: ${FILES.config}`);
   await checkNames(cfg, files, where);
   const verify = options.verify ?? true;
   const mismatch = (file) => new PackageError(`${where}: checksum mismatch for ${file} (file changed or corrupt)`);

@@ -639,6 +639,18 @@ export function maxThreads() {
   return Math.max(b.max_threads_floor, b.max_threads_per_core * cores);
 }
 
+/** The parsed config.json of a package's files (`where` names the package in errors). */
+export async function readConfig(files, where) {
+  let bytes;
+  try {
+    bytes = await files.read(FILES.config);
+  } catch (e) {
+    if (e instanceof PackageError) throw new PackageError(`${where} has no ${FILES.config}`);
+    throw e;
+  }
+  return parseJson(bytes, `${where}: ${FILES.config}`);
+}
+
 /** "1.22.0" -> a string that compares as the version does ("00001.00022.00000"). */
 const versionTuple = (v) =>
   [...(String(v).match(/\d+/g) ?? []), "0", "0", "0"]

