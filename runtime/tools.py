@@ -154,7 +154,7 @@ def _functions(tools: list[dict]) -> dict[str, dict]:
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(fn, dict) or not isinstance(name, str) or not name:
             raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': "
                              "..., 'parameters': {...}}}}")  # fmt: skip
         params = fn.get("parameters") or {"type": "object"}
