@@ -432,7 +432,7 @@ def _best_candidates(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The n best continuations of each batch row of K beams, best first: (A, n) indices into
     beam * V + token and their scores beam_scores[beam] + logp[beam, token] (float64), from
-    logp (A*K, V) and beam_scores (A*K,). Ties go to the lower beam, then the lower token.
+    logp (A*K, V) and beam_scores (A*K,). Ties: in no set order.
 
     A large vocabulary: each beam's first G * TOP_GROUP tokens in G groups (group j: tokens j,
     j + G, j + 2G, ...), scored by their maxima; the row's n best continuations lie in its n
@@ -460,9 +460,29 @@ def _best_candidates(
             )
     src = np.arange(A)[:, None] * K + beam  # (A, C) rows of logp
     scores = beam_scores[src] + logp[src, tok]  # float64, as beam_scores[:, None] + logp
-    order = np.lexsort((tok, beam, -scores), axis=-1)[:, :n]
+    if scores.shape[1] > n:  # the n best first, then only those sorted
+        best = np.argpartition(-scores, n - 1, axis=-1)[:, :n]
+        scores, beam, tok = (np.take_along_axis(x, best, -1) for x in (scores, beam, tok))
+    order = np.argsort(-scores, axis=-1, kind="stable")
     flat = np.take_along_axis(beam * vocab + tok, order, -1)
     return flat, np.take_along_axis(scores, order, -1)
+
+
+def _beam_slots(parent: np.ndarray) -> np.ndarray:
+    """The slot (A, K) of each of a row's next K beams, from the beam each extends (`parent`,
+    -1 for a filler): a beam's first child takes its parent's slot, whose cache then needs no
+    copy; its other children take the slots left, in order, then the fillers (dead beams,
+    whose cache is never read). Which slot a beam is in changes nothing but ties."""
+    A, K = parent.shape
+    live = parent >= 0
+    earlier = np.tri(K, k=-1, dtype=bool)  # [j, i]: i before j
+    first = live & ~((parent[:, :, None] == parent[:, None, :]) & earlier).any(axis=2)
+    claimed = np.zeros((A, K), dtype=bool)
+    ra, ca = np.nonzero(first)
+    claimed[ra, parent[ra, ca]] = True
+    free = np.argsort(claimed, axis=1, kind="stable")  # unclaimed slots first, ascending
+    rank = np.cumsum(~first, axis=1) - 1  # the others in order: children, then fillers
+    return np.where(first, parent, np.take_along_axis(free, np.maximum(rank, 0), 1))
 
 
 def beam_search(
@@ -472,8 +492,9 @@ def beam_search(
 
     A row's prefix is forced (one live beam until it ends, scored by the model's distribution);
     with `ranks`, the token after it is the rank-th best (alternatives). A beam that `stop`
-    stops is a finished hypothesis (its last token kept). A batch row whose search is done
-    leaves the stepper's batch (its K beams are dropped by the same `select` that reorders the
+    stops is a finished hypothesis (its last token kept). A beam's first child stays in its
+    slot (its cache is not copied: _beam_slots), and a batch row whose search is done leaves
+    the stepper's batch (its K beams are dropped by the same `select` that reorders the
     others' beams). Each step is whole-array work over rows x beams (the best 2K continuations
     of each beam, then of each row, which beams go on, which hypotheses end); Python runs
     only per ended hypothesis and per done row (and per live beam for a stop test). The
@@ -549,8 +570,10 @@ def beam_search(
             finished[b].append((normalise(float(top_scores[a, c]), t + 1), seqs[s].tolist(), lps))
         np.add.at(n_finished, active[ra], 1)
         ra, ca = np.nonzero(takes)
-        slot = ra * K + taken_before[ra, ca] - 1  # live beams first: fillers come last
-        rows = np.repeat(np.arange(A) * K, K)  # fillers: the row's first beam, EOS, -inf
+        parent = np.full((A, K), -1)  # the next beams in order: the beam each extends
+        parent[ra, taken_before[ra, ca] - 1] = beam[ra, ca]
+        slot = ra * K + _beam_slots(parent)[ra, taken_before[ra, ca] - 1]
+        rows = np.arange(A * K)  # fillers (EOS, -inf) keep the cache of their slot
         tokens = np.full(A * K, eos_id, dtype=np.int64)
         beam_scores = np.full(A * K, -np.inf)
         new_lps = np.zeros(A * K)

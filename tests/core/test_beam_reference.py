@@ -168,3 +168,16 @@ def test_the_grouped_candidates_are_each_rows_best(vocab):
         np.testing.assert_array_equal(cand[a, flat[a]], expect)
         finite = flat[a][np.isfinite(scores[a])]
         assert len(set(finite.tolist())) == len(finite)
+
+
+def test_a_beams_first_child_keeps_its_slot():
+    from edgeformer.core.decoding import _beam_slots
+
+    parent = np.array([[0, 0, 1, 2, 0], [3, 3, 3, -1, -1], [4, 2, 0, 1, 3], [-1] * 5])
+    slots = _beam_slots(parent)
+    for p, s in zip(parent.tolist(), slots.tolist()):
+        assert sorted(s) == list(range(5))  # a permutation of the row's slots
+        firsts = {q: j for j, q in reversed(list(enumerate(p))) if q >= 0}
+        assert all(s[j] == q for q, j in firsts.items())  # first children stay
+    assert slots[0].tolist() == [0, 3, 1, 2, 4]  # the others: free slots in order
+    assert slots[1].tolist() == [3, 0, 1, 2, 4]
