@@ -21,7 +21,7 @@ ort = pytest.importorskip("onnxruntime")
 from conftest import VARIANTS  # noqa: E402
 
 from edgeformer.core.files import sha256  # noqa: E402
-from edgeformer.core.format import graph_file, io_names, model_to_json, weights_file  # noqa: E402
+from edgeformer.core.format import PACKAGE_FORMAT, graph_file, io_names, model_to_json, weights_file  # noqa: E402
 from edgeformer.export import export_package  # noqa: E402
 from edgeformer.export.exporter import check_variants  # noqa: E402
 from edgeformer.export.verify import compare  # noqa: E402
@@ -111,7 +111,7 @@ def test_config_json_and_checksums(family, tokenizer_json):
     ckpt, pkg, model = family
     cfg = model.cfg
     config = json.loads((pkg / "config.json").read_text())
-    assert config["format"] == "edgeformer-package" and config["format_version"] == 5
+    assert config["format"] == "edgeformer-package" and config["format_version"] == PACKAGE_FORMAT
     assert config["family"] == cfg.family
     assert config["model"] == model_to_json(cfg.to_dict())  # Hugging Face names
     assert config["model"]["num_attention_heads"] == cfg.n_heads
