@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeformer.core.format import PACKAGE_FORMAT
+from edgeformer.core.format import FORMAT_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("build", reason="the dev extra's `build` makes the wheel")
@@ -93,7 +93,7 @@ def test_the_runtime_runs_on_a_fresh_install_without_torch(runtime_env, ed_packa
     g = edgeformer(runtime_env, "generate", lm_package, "two", "--max-new-tokens", "4")
     assert g.returncode == 0 and g.stdout.startswith("two"), g.stderr
     info = edgeformer(runtime_env, "info", ed_package)
-    assert info.returncode == 0 and f"format {PACKAGE_FORMAT}" in info.stdout, info.stderr
+    assert info.returncode == 0 and f"format {FORMAT_VERSION}" in info.stdout, info.stderr
     verify = edgeformer(runtime_env, "verify", lm_package, "--variants", "fp32")
     assert verify.returncode == 0 and "fp32" in verify.stdout, verify.stderr
 

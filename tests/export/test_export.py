@@ -21,7 +21,7 @@ ort = pytest.importorskip("onnxruntime")
 from conftest import VARIANTS  # noqa: E402
 
 from edgeformer.core.files import sha256  # noqa: E402
-from edgeformer.core.format import PACKAGE_FORMAT, graph_file, io_names, model_to_json, weights_file  # noqa: E402
+from edgeformer.core.format import FORMAT_VERSION, graph_file, io_names, model_to_json, weights_file  # noqa: E402
 from edgeformer.export import export_package  # noqa: E402
 from edgeformer.export.exporter import check_variants  # noqa: E402
 from edgeformer.export.verify import compare  # noqa: E402
@@ -78,8 +78,9 @@ def test_decoder_graph_is_built_for_the_cache(family):
     count = ops(pkg / "decoder.onnx")
     assert count["GroupQueryAttention"] == (2 * L if ed else L), count
     assert count["MultiHeadAttention"] == 0, count
-    for op in ("Softmax", "Concat", "Reshape", "Transpose", "Attention", "SkipLayerNormalization"):
+    for op in ("Softmax", "Concat", "Transpose", "Attention", "SkipLayerNormalization"):
         assert count[op] == 0, (op, count)
+    assert count["Reshape"] == (0 if ed else 1), count  # an LM's indexed_logits rows (format 6)
     n_norms = (3 if ed else 2) * L + (cfg.norm == "pre")
     assert count["LayerNormalization"] == n_norms, count
     # lengths from the mask (6; ED: from the encoder's mask too), embedding, positions,
@@ -111,7 +112,7 @@ def test_config_json_and_checksums(family, tokenizer_json):
     ckpt, pkg, model = family
     cfg = model.cfg
     config = json.loads((pkg / "config.json").read_text())
-    assert config["format"] == "edgeformer-package" and config["format_version"] == PACKAGE_FORMAT
+    assert config["format"] == "edgeformer-package" and config["format_version"] == FORMAT_VERSION
     assert config["family"] == cfg.family
     assert config["model"] == model_to_json(cfg.to_dict())  # Hugging Face names
     assert config["model"]["num_attention_heads"] == cfg.n_heads
