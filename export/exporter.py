@@ -378,7 +378,7 @@ def write_package(
 def export_package(
     checkpoint_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
-    settings: ExportSettings | str | list[str] | tuple[str, ...] | None = None,
+    settings: ExportSettings | None = None,
     *,
     check: Callable[[Path], None] | None = None,
     **changes: Any,
@@ -394,9 +394,6 @@ def export_package(
     further check of the finished package, run after that one; an error there leaves nothing
     behind too. The package appears whole or not at all (core.files.atomic_folder).
     """
-    if isinstance(settings, (str, list, tuple)):  # the variants, as a third argument before
-        changes = {"variants": settings, **changes}
-        settings = None
     s = dataclasses.replace(settings or ExportSettings(), **changes)
     source, out_dir = Path(checkpoint_dir), Path(out_dir)
     if is_encoder_folder(source):  # BERT & co: a sentence-embedding package (export/encoder.py)

@@ -171,7 +171,7 @@ def test_lean_package(tmp_path, tokenizer_json):
         model = build_model(cfg).eval()
         fp32_bytes = 4 * model.num_params()
         ckpt = save_checkpoint(tmp_path / family, model, tokenizer_json)
-        pkg = export_package(ckpt, tmp_path / f"{family}-pkg", VARIANTS, verbose=False)
+        pkg = export_package(ckpt, tmp_path / f"{family}-pkg", variants=VARIANTS, verbose=False)
         variants = load_package(pkg).config.variants
         for variant, entry in variants.items():
             files = [*entry.files.values(), entry.weights]

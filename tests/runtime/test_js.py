@@ -183,12 +183,9 @@ def test_web_variants_on_wasm_match_python(node, ed_checkpoint, lm_checkpoint, t
     from edgeformer.export import export_package
 
     web = ("int8-web", "int4-web")
-    packages = {
-        "encoder-decoder": (export_package(ed_checkpoint, tmp_path / "ed", web, verbose=False),
-                            SOURCES),
-        "decoder-only": (export_package(lm_checkpoint, tmp_path / "lm", web, verbose=False),
-                         PROMPTS),
-    }  # fmt: skip
+    ed = export_package(ed_checkpoint, tmp_path / "ed", variants=web, verbose=False)
+    lm = export_package(lm_checkpoint, tmp_path / "lm", variants=web, verbose=False)
+    packages = {"encoder-decoder": (ed, SOURCES), "decoder-only": (lm, PROMPTS)}
     cases = [
         dict(package=str(pkg), family=family, inputs=inputs, max_new_tokens=MAX_NEW,
              backend="wasm", variant=variant, cache="refeed")
