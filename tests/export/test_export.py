@@ -301,9 +301,11 @@ def test_quantized_variants(family):
         table = transposed.get(embed.input[0], embed.input[0])
         assert (table != embed.input[0]) == (variant == "int8-dynamic"), variant
         heads = ("Gemm", "MatMulNBits", "DynamicQuantizeMatMul")
-        (head,) = [n for n in g.node if n.op_type in heads
-                   and n.output[0] in {o.name for o in g.output}]  # fmt: skip
-        assert where[table] == where[head.input[1]], variant
+        # the step's logits and (an LM, format 6) its indexed_logits: both read the tied table
+        outs = [n for n in g.node if n.op_type in heads
+                and n.output[0] in {o.name for o in g.output}]  # fmt: skip
+        assert [n.output[0] for n in outs][:1] == ["logits"], variant
+        assert all(where[table] == where[n.input[1]] for n in outs), variant
 
 
 def test_absmax_blocks_are_onnxruntimes():
