@@ -261,13 +261,14 @@ def convert_hf(
     end_ids = loader.end_ids(f, cfg)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, source_tokenizer = loader.tokenizers(src, Path(tmp), arch)
-        for file, rows in ((tokenizer, cfg.vocab_size), (source_tokenizer, cfg.source_vocab)):
-            if file is not None:
-                check_tokenizer_fits(src, files.check_tokenizer(file).get_vocab_size(), rows)
         if (src / GENERATION_CONFIG).is_file():
             files.check_generation_config(src / GENERATION_CONFIG, cfg)
         sd = map_weights(arch, loader, load_weights(src), cfg)
         files.check_sizes(sd, cfg, str(src))  # config.json against the tensors, no allocation
+        # then the tokenizers against the sizes config.json and the tensors agree on
+        for file, rows in ((tokenizer, cfg.vocab_size), (source_tokenizer, cfg.source_vocab)):
+            if file is not None:
+                check_tokenizer_fits(src, files.check_tokenizer(file).get_vocab_size(), rows)
         model = build_model(cfg)
         try:
             model.load_state_dict(sd, strict=True)

@@ -305,7 +305,10 @@ def test_a_tokenizer_of_another_model_is_refused_naming_both_sizes(tmp_path):
     """docs/huggingface.md's GPT-2 once had vocab 50,257 and a 272-token tokenizer: generate
     printed the prompt only (ids the tokenizer decodes to ''). Convert refuses it; a table
     padded past the tokenizer (VOCAB 300 for its 272 tokens, as Qwen2.5 pads) converts."""
-    src = hf_folder(tmp_path, "gpt2", vocab_size=50257)
+    src = tmp_path / "hf"  # a whole folder: config.json and the tensors agree, the tokenizer not
+    config = CONFIGS["gpt2"]()
+    config.vocab_size = 50257
+    transformers.GPT2LMHeadModel(config).save_pretrained(src, safe_serialization=True)
     byte_level_tokenizer(src / "tokenizer.json")
     with pytest.raises(
         ValueError, match=r"tokenizer has 2\d\d tokens and the model's vocab_size is 50257"
