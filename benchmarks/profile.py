@@ -117,11 +117,12 @@ def linear_weight_bytes(graph: Path) -> int:
     dims = {
         i.name: i.dims for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT
     }
-    return sum(
-        4 * int(np.prod(dims[n.input[1]]))
+    read = {  # once each: a tied table read by both heads (logits, indexed_logits) streams once
+        n.input[1]
         for n in model.graph.node
         if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in dims
-    )
+    }
+    return sum(4 * int(np.prod(dims[name])) for name in read)
 
 
 def floor_ms(n_bytes: int, width: int, threads: int, rounds: int = 7, runs: int = 100) -> float:

@@ -394,6 +394,10 @@ def export_package(
     further check of the finished package, run after that one; an error there leaves nothing
     behind too. The package appears whole or not at all (core.files.atomic_folder).
     """
+    if settings is not None and not isinstance(settings, ExportSettings):
+        raise TypeError(f"export_package's third argument is an ExportSettings, not "
+                        f"{type(settings).__name__} {settings!r}: name the variants "
+                        "(variants=\"int8,int4\")")  # fmt: skip
     s = dataclasses.replace(settings or ExportSettings(), **changes)
     source, out_dir = Path(checkpoint_dir), Path(out_dir)
     if is_encoder_folder(source):  # BERT & co: a sentence-embedding package (export/encoder.py)

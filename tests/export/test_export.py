@@ -481,6 +481,9 @@ def test_bad_inputs(lm_checkpoint, tmp_path):
         export_package(tmp_path / "nope", out, verbose=False)
     with pytest.raises(ValueError, match="int3.*fp32, int8, int4"):
         export_package(lm_checkpoint, out, variants=("int3",), verbose=False)
+    with pytest.raises(TypeError, match="ExportSettings, not str 'int8'.*variants="):
+        export_package(lm_checkpoint, out, "int8", verbose=False)  # type: ignore[arg-type]
+    assert not out.exists()
     corrupt = tmp_path / "corrupt"
     shutil.copytree(lm_checkpoint, corrupt)
     (corrupt / "model.safetensors").write_bytes(b"not safetensors")

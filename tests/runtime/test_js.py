@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeformer.core.format import FORMAT_VERSION
 from edgeformer.runtime import Generator, Translator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1069,7 +1070,7 @@ def test_npm_pack_installs_offline_in_a_fresh_project(node, ed_package, tmp_path
     want = Translator(ed_package, variant="fp32").translate_batch(
         TEXTS[:2], max_new_tokens=8, num_beams=2
     )
-    assert got == {"texts": want, "version": 5, "error": "function"}
+    assert got == {"texts": want, "version": FORMAT_VERSION, "error": "function"}
     types = (app / "node_modules/edgeformer-runtime/index.d.ts").read_text()
     script = "import('edgeformer-runtime').then((m) => console.log(JSON.stringify(Object.keys(m))))"
     run = subprocess.run([node, "-e", script], cwd=app, capture_output=True, text=True, timeout=60)
