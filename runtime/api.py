@@ -81,7 +81,7 @@ from .text import (
     stop_test,
     text_problem,
 )
-from .tools import call_constraint, chosen_tools, parse_tool_calls, tool_format
+from .tools import ToolUse, template_messages, tool_use
 
 __all__ = [
     "Translator",
@@ -1001,7 +1001,9 @@ class Generator(_Loaded):
         """The prompt text of a conversation: the model's chat template rendered as
         transformers' apply_chat_template(messages, add_generation_prompt=True, tools=tools)
         renders it. chat_template_kwargs: further template variables (enable_thinking=False,
-        say); tools: the OpenAI API's [{"type": "function", "function": {...}}] list."""
+        say); tools: the OpenAI API's [{"type": "function", "function": {...}}] list. An
+        assistant message's tool_calls reach the template with their arguments as objects
+        (runtime/tools.py template_messages)."""
         template = self.model.chat_template
         if template is None:
             raise ChatTemplateError(
@@ -1009,7 +1011,8 @@ class Generator(_Loaded):
                 "tokenizer_config.json has no chat_template): use generate() with a prompt"
             )
         kwargs = chat_template_kwargs or {}
-        return template.render(messages, add_generation_prompt, tools, **kwargs)
+        return template.render(template_messages(messages), add_generation_prompt, tools,
+                               **kwargs)  # fmt: skip
 
     def chat_ids(
         self, messages: list[dict], chat_template_kwargs: dict | None = None,
@@ -1045,32 +1048,23 @@ class Generator(_Loaded):
         parallel_tool_calls: bool = True, **options,
     ) -> dict:  # fmt: skip
         """chat()'s reply as the OpenAI API's assistant message: {"role": "assistant",
-        "content": the text without its tool calls, "tool_calls": [...] (when it made any)},
-        the calls parsed as the Qwen2.5 / Qwen3, Llama 3.x, Mistral and Phi-4-mini templates
-        write them (runtime/tools.py). tool_choice (the OpenAI API's): "auto" (the default),
-        "none" (the reply is text: its calls are not parsed), "required" or {"type":
-        "function", "function": {"name": ...}}: the reply is constrained to calls of those
-        tools, in the template's form, each call's arguments valid under its tool's schema
-        (parallel_tool_calls False: exactly one call)."""
-        options = {**options, **self.tool_options(tools, tool_choice, parallel_tool_calls)}
-        reply = self.chat(messages, chat_template_kwargs, tools, **options)
-        content, calls = (reply, []) if tool_choice == "none" else parse_tool_calls(reply)
-        message: dict = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = [c.to_openai(i) for i, c in enumerate(calls)]
-        return message
+        "content": the text without its tool calls (None when it was only calls), "tool_calls":
+        [...] (when it made any)}, the calls parsed as the Qwen2.5 / Qwen3, Llama 3.x, Mistral
+        and Phi-4-mini templates write them (runtime/tools.py). tool_choice (the OpenAI API's):
+        "auto" (the default), "none" (the reply is text: its calls are not parsed), "required"
+        or {"type": "function", "function": {"name": ...}}: the reply is constrained to calls
+        of those tools, in the template's form, each call's arguments valid under its tool's
+        schema (parallel_tool_calls False: exactly one call). The server's chat route answers
+        the same way (tool_use, tool_options, ToolUse.message)."""
+        use = tool_use(tools, tool_choice, parallel_tool_calls)
+        options = {**options, **self.tool_options(use)}
+        return use.message(self.chat(messages, chat_template_kwargs, use.tools, **options))
 
-    def tool_options(
-        self, tools: list[dict] | None, tool_choice: object, parallel: bool = True
-    ) -> dict:
-        """The structured-output option that makes a reply call the tools tool_choice
-        requires (runtime/tools.py call_constraint; {} for "auto" / "none")."""
-        functions = chosen_tools(tools, tool_choice)
-        if functions is None:
-            return {}
+    def tool_options(self, use: ToolUse) -> dict:
+        """The structured-output option that makes a reply call the tools `use`'s tool_choice
+        requires, in this model's template's form ({} for "auto" / "none")."""
         template = self.model.chat_template
-        fmt = tool_format(template.template if template else "")
-        return call_constraint(functions, fmt, parallel)
+        return use.constraint(template.template if template else "")
 
     def chat_stream(
         self, messages: list[dict], chat_template_kwargs: dict | None = None,

@@ -393,10 +393,21 @@ class ChatTemplate:
             raise ChatTemplateError("the chat template is empty")
         if len(self.template) > MAX_TEMPLATE_CHARS:
             raise ChatTemplateError(f"the chat template is over {MAX_TEMPLATE_CHARS} characters")
+        import jinja2.meta
+
+        env = _environment()
         try:
-            object.__setattr__(self, "_compiled", _environment().from_string(self.template))
+            object.__setattr__(self, "_compiled", env.from_string(self.template))
+            read = jinja2.meta.find_undeclared_variables(env.parse(self.template))
         except Exception as e:  # jinja2's TemplateSyntaxError and the like
             raise ChatTemplateError(f"the chat template does not compile: {e}") from None
+        object.__setattr__(self, "_reads", frozenset(read))
+
+    @property
+    def reads_tools(self) -> bool:
+        """Whether the template reads the `tools` variable (a template that does not drops a
+        request's tools: the model would never see them)."""
+        return "tools" in self._reads  # type: ignore[attr-defined]
 
     def render(
         self,

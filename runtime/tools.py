@@ -11,12 +11,18 @@ them, parsed into ToolCall objects (Generator.chat_message).
 
 A block whose JSON does not parse, or names no function, stays in the reply's text (vLLM's
 parsers do the same): nothing is dropped.
+
+A chat request's tools (the OpenAI API's tools / tool_choice / parallel_tool_calls) are checked
+once by tool_use(); its ToolUse gives the reply's constraint and the assistant message, for
+Generator.chat_message and the server's /v1/chat/completions alike.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -34,12 +40,16 @@ class ToolCall:
     name: str
     arguments: dict = field(default_factory=dict)
 
-    def to_openai(self, index: int) -> dict:
-        """The OpenAI API's tool_calls entry (arguments as JSON text)."""
+    def to_openai(self) -> dict:
+        """The OpenAI API's tool_calls entry (arguments as JSON text; an id of its own, which
+        the tool's reply names as tool_call_id)."""
         return {
-            "id": f"call_{index}",
+            "id": f"call_{secrets.token_hex(12)}",
             "type": "function",
-            "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
+            "function": {
+                "name": self.name,
+                "arguments": json.dumps(self.arguments, ensure_ascii=False),
+            },
         }
 
 
@@ -147,19 +157,38 @@ def tool_format(template: str) -> str:
     return "llama3"
 
 
+class ToolError(ValueError):
+    """A malformed tools / tool_choice / parallel_tool_calls (or tool history) value; `param`:
+    the request field it is in."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+TOOL_SHAPE = "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}}"
+
+
 def _functions(tools: list[dict]) -> dict[str, dict]:
-    """{name: its parameters' JSON schema} of the OpenAI API's tool list; ValueError naming a
-    malformed entry."""
+    """{name: its parameters' JSON schema} of the OpenAI API's tool list; ToolError naming a
+    malformed entry (no function name, a type other than "function", parameters that are not
+    a JSON schema of an object)."""
     out = {}
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(fn, dict) or not isinstance(name, str) or not name:
-            raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': "
-                             "..., 'parameters': {...}}}}")  # fmt: skip
-        params = fn.get("parameters") or {"type": "object"}
-        if not isinstance(params, dict):
-            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema object")
+            raise ToolError(f"tools[{i}] must be {TOOL_SHAPE} with a function name", "tools")
+        if tool.get("type", "function") != "function":
+            raise ToolError(f"tools[{i}].type={tool['type']!r}: only 'function' tools", "tools")
+        params = fn.get("parameters")
+        params = {"type": "object"} if params is None else params
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise ToolError(f"tools[{i}].function.parameters ({name}) must be a JSON schema of "
+                            f"an object ({{'type': 'object', ...}}), not {params!r}",
+                            "tools")  # fmt: skip
+        if name in out:
+            raise ToolError(f"tools[{i}]: two tools are named {name!r}", "tools")
         out[name] = params
     return out
 
@@ -167,26 +196,101 @@ def _functions(tools: list[dict]) -> dict[str, dict]:
 def chosen_tools(tools: list[dict] | None, tool_choice: object) -> dict[str, dict] | None:
     """The functions a reply must call ({name: parameters schema}): every tool for "required",
     the one named by {"type": "function", "function": {"name": ...}}; None for "auto" / "none"
-    (not constrained). ValueError for another value or an unknown name."""
+    (not constrained). ToolError for another value or an unknown name."""
+    functions = _functions(tools or [])
     if tool_choice in (None, "auto", "none"):
         return None
-    functions = _functions(tools or [])
     if not functions:
-        raise ValueError(f"tool_choice={tool_choice!r} needs tools")
+        raise ToolError(f"tool_choice={tool_choice!r} needs tools", "tool_choice")
     if tool_choice == "required":
         return functions
     name = None
     if isinstance(tool_choice, dict) and isinstance(tool_choice.get("function"), dict):
         name = tool_choice["function"].get("name")
     if not isinstance(name, str):
-        raise ValueError(
+        raise ToolError(
             f"tool_choice={tool_choice!r} must be 'auto', 'none', 'required' or "
-            "{'type': 'function', 'function': {'name': ...}}"
-        )
+            "{'type': 'function', 'function': {'name': ...}}", "tool_choice"
+        )  # fmt: skip
     if name not in functions:
-        raise ValueError(f"tool_choice names {name!r}, which is not among the tools: "
-                         f"{', '.join(functions)}")  # fmt: skip
+        raise ToolError(f"tool_choice names {name!r}, which is not among the tools: "
+                        f"{', '.join(functions)}", "tool_choice")  # fmt: skip
     return {name: functions[name]}
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """A chat request's tools, checked (tool_use): the list the chat template gets, the
+    functions a reply must call (None: not constrained), whether the reply's calls are parsed
+    (tools given and tool_choice not "none"), and whether several calls may be made."""
+
+    tools: list[dict] | None = None
+    required: dict[str, dict] | None = None
+    parses: bool = False
+    parallel: bool = True
+
+    def constraint(self, template: str) -> dict[str, str | dict]:
+        """The structured-output option making the reply the required calls, in the form
+        `template` (the chat template's text) writes them; {} when not constrained."""
+        if self.required is None:
+            return {}
+        return call_constraint(self.required, tool_format(template), self.parallel)
+
+    def message(self, reply: str) -> dict:
+        """The reply as the OpenAI API's assistant message: {"role": "assistant", "content":
+        the text without its calls (None when the calls were all), "tool_calls": [...] (when
+        it made any)}."""
+        content, calls = parse_tool_calls(reply) if self.parses else (reply, [])
+        if not calls:
+            return {"role": "assistant", "content": reply}
+        return {"role": "assistant", "content": content or None,
+                "tool_calls": [c.to_openai() for c in calls]}  # fmt: skip
+
+
+def tool_use(tools: object = None, tool_choice: object = None,
+             parallel_tool_calls: object = True) -> ToolUse:  # fmt: skip
+    """The OpenAI API's tools, tool_choice and parallel_tool_calls, checked once; ToolError
+    (its `param` the field) for a malformed one."""
+    if tools is not None and not isinstance(tools, list):
+        raise ToolError(f"tools must be a list of {TOOL_SHAPE} (got {type(tools).__name__})",
+                        "tools")  # fmt: skip
+    if not isinstance(parallel_tool_calls, bool):
+        raise ToolError(f"parallel_tool_calls={parallel_tool_calls!r} must be true or false",
+                        "parallel_tool_calls")  # fmt: skip
+    required = chosen_tools(tools, tool_choice)
+    return ToolUse(tools or None, required, bool(tools) and tool_choice != "none",
+                   parallel_tool_calls)  # fmt: skip
+
+
+def template_messages(messages: object) -> object:
+    """`messages` as chat templates read them: an assistant message's tool_calls with their
+    function.arguments as objects (the API sends JSON text; Qwen's, Llama's and Mistral's
+    templates write `arguments | tojson`), as vLLM and llama.cpp give them. ToolError naming
+    arguments that are not JSON of an object. Anything else is left to the template's check."""
+    if not isinstance(messages, list):
+        return messages
+    out: list = []
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls") if isinstance(m, Mapping) else None
+        if not isinstance(calls, list):
+            out.append(m)
+            continue
+        fixed = []
+        for j, call in enumerate(calls):
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            args = fn.get("arguments") if isinstance(fn, Mapping) else None
+            if isinstance(args, str):
+                where = f"messages[{i}].tool_calls[{j}].function.arguments"
+                try:
+                    args = json.loads(args)
+                except json.JSONDecodeError as e:
+                    raise ToolError(f"{where} is not JSON: {e}", "messages") from None
+                if not isinstance(args, dict):
+                    raise ToolError(f"{where} must be a JSON object", "messages")
+                call = {**call, "function": {**fn, "arguments": args}}  # type: ignore[dict-item]
+            fixed.append(call)
+        out.append({**m, "tool_calls": fixed})
+    return out
 
 
 def _call_schema(functions: dict[str, dict], key: str) -> dict:

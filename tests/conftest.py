@@ -226,24 +226,48 @@ SERVE_TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="session")
-def chat_package(tmp_path_factory):
-    """The bundled shakespeare package with a chat template in its tokenizer_config.json."""
-    serve_extra()
-    path = tmp_path_factory.mktemp("serve") / "bard"
+def with_chat_template(source, path, template: str):
+    """A copy of the package `source` at `path` with `template` as its chat template (in its
+    tokenizer_config.json, the package's checksum of it renewed)."""
     import shutil
 
     from edgeformer.core.files import sha256
-    from edgeformer.runtime.package import PRETRAINED_DIR
 
-    shutil.copytree(PRETRAINED_DIR / "shakespeare", path)
+    shutil.copytree(source, path)
     tokenizer_config = path / "tokenizer_config.json"
-    config = json.loads(tokenizer_config.read_text())
-    tokenizer_config.write_text(json.dumps({**config, "chat_template": SERVE_TEMPLATE}))
+    config = json.loads(tokenizer_config.read_text()) if tokenizer_config.exists() else {}
+    tokenizer_config.write_text(json.dumps({**config, "chat_template": template}))
     package = json.loads((path / "config.json").read_text())
     package["files"]["tokenizer_config.json"] = sha256(tokenizer_config)  # its new checksum
     (path / "config.json").write_text(json.dumps(package))
     return path
+
+
+@pytest.fixture(scope="session")
+def chat_package(tmp_path_factory):
+    """The bundled shakespeare package with a chat template in its tokenizer_config.json."""
+    serve_extra()
+    from edgeformer.runtime.package import PRETRAINED_DIR
+
+    path = tmp_path_factory.mktemp("serve") / "bard"
+    return with_chat_template(PRETRAINED_DIR / "shakespeare", path, SERVE_TEMPLATE)
+
+
+# byte_lm's template with tools (their names), an assistant message's calls (their arguments
+# as the template gets them) and "tool" messages: short, for its 64 positions; no family's
+# markers in it, so its calls are Llama 3.x's JSON replies (runtime/tools.py tool_format)
+TOOL_TEMPLATE = (
+    "{% if tools %}T:{% for t in tools %}{{ t.function.name }};{% endfor %}{{ '\\n' }}"
+    "{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}"
+    "{% for c in m.tool_calls or [] %}{{ c.function.name }}{{ c.function.arguments | tojson }}"
+    "{% endfor %}{{ '\\n' }}{% endfor %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tool_lm(tmp_path_factory, byte_lm):
+    """byte_lm with a chat template that reads tools (TOOL_TEMPLATE)."""
+    return with_chat_template(byte_lm, tmp_path_factory.mktemp("tool-lm") / "pkg", TOOL_TEMPLATE)
 
 
 @pytest.fixture(scope="session")

@@ -203,16 +203,18 @@ class Server:
         check_fields(body, kind)
         served = self.model(body, "generate")
         assert isinstance(served, ServedLM)
+        use = None
         if kind == "chat":
             if "messages" not in body:
                 raise bad("messages is required", "messages")
+            use = served.tool_use(body)
             prompts = [await asyncio.to_thread(served.chat_prompt, body["messages"],
-                                               body.get("chat_template_kwargs"))]  # fmt: skip
+                                               body.get("chat_template_kwargs"), use)]  # fmt: skip
         else:
             if "prompt" not in body:
                 raise bad("prompt is required", "prompt")
             prompts = await asyncio.to_thread(served.completion_prompts, body["prompt"])
-        req = served.prepare(body, kind, prompts, "messages" if kind == "chat" else "prompt")
+        req = served.prepare(body, kind, prompts, "messages" if kind == "chat" else "prompt", use)
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise bad(f"stream={stream!r} must be true or false", "stream")
@@ -359,8 +361,10 @@ class Call:
         for i, a in enumerate(answers):
             lps = None if self.req.top_logprobs is None else logprobs_json(self.kind, a.logprobs)
             if self.kind == "chat":
-                choices.append({"index": i, "finish_reason": a.finish_reason, "logprobs": lps,
-                                "message": {"role": "assistant", "content": a.text}})  # fmt: skip
+                message = self.req.tools.message(a.text)
+                finish = "tool_calls" if "tool_calls" in message else a.finish_reason
+                choices.append({"index": i, "finish_reason": finish, "logprobs": lps,
+                                "message": message})  # fmt: skip
             else:
                 choices.append({"index": i, "text": a.text, "finish_reason": a.finish_reason,
                                 "logprobs": lps})  # fmt: skip
@@ -388,6 +392,31 @@ class Call:
         return {"index": piece.index, "text": piece.text, "logprobs": lps,
                 "finish_reason": piece.finish_reason}  # fmt: skip
 
+    def tool_chunks(self, pieces: list[Piece], offsets: dict[int, int]) -> Iterator[str]:
+        """A chat choice with tools, streamed once whole (its calls are parsed from the whole
+        reply, as llama.cpp's server does without incremental parsing): its text as one delta,
+        then each call as a delta.tool_calls entry, then finish_reason "tool_calls" (or the
+        reply's own when it made none)."""
+        last = pieces[-1]
+        whole = Piece(last.index, "".join(p.text for p in pieces),
+                      [lp for p in pieces for lp in p.logprobs], sum(p.tokens for p in pieces),
+                      None, last.cached_tokens)  # fmt: skip
+        message = self.req.tools.message(whole.text)
+        calls = message.get("tool_calls")
+        if not calls:
+            whole.finish_reason = last.finish_reason
+            yield self.chunk([self.choice(whole, offsets)])
+            return
+        if message["content"] or whole.logprobs:
+            whole.text = message["content"] or ""
+            yield self.chunk([self.choice(whole, offsets)])
+        deltas = [{"index": j, **call} for j, call in enumerate(calls)]
+        for delta in deltas:
+            yield self.chunk([{"index": last.index, "delta": {"tool_calls": [delta]},
+                               "logprobs": None, "finish_reason": None}])  # fmt: skip
+        yield self.chunk([{"index": last.index, "delta": {}, "logprobs": None,
+                           "finish_reason": "tool_calls"}])  # fmt: skip
+
     async def stream(self, usage_wanted: bool) -> AsyncIterator[str]:
         made, cached, offsets = 0, 0, dict[int, int]()
         try:
@@ -395,11 +424,17 @@ class Call:
                 yield self.chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None}
                                   for i in range(self.req.choices)])  # fmt: skip
+            held: dict[int, list[Piece]] = {}  # tools: each choice's pieces till its end
             async for piece in self.server.pieces(self.served, self.req, self.stop):
                 self.saw(piece)
                 made += piece.tokens
                 cached = max(cached, piece.cached_tokens)
-                if piece.text or piece.logprobs or piece.finish_reason:
+                if self.kind == "chat" and self.req.tools.parses:
+                    held.setdefault(piece.index, []).append(piece)
+                    if piece.finish_reason:
+                        for chunk in self.tool_chunks(held.pop(piece.index), offsets):
+                            yield chunk
+                elif piece.text or piece.logprobs or piece.finish_reason:
                     yield self.chunk([self.choice(piece, offsets)])
             usage = self.usage(made, cached)
             if usage_wanted:

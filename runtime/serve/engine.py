@@ -17,6 +17,7 @@ from ...core.decoding import DecodeInputs, GenerationOptions, PreparedOptions
 from ..api import Generator, SourcePlan, Translator
 from ..chat import ChatTemplateError
 from ..text import StopCut, TextStream, stop_test
+from ..tools import ToolError, ToolUse, tool_use
 from .protocol import (
     APIError,
     bad,
@@ -64,6 +65,7 @@ class Request:
     opts: PreparedOptions
     n: int  # choices per prompt
     top_logprobs: int | None  # None: no logprobs
+    tools: ToolUse = field(default_factory=ToolUse)  # chat: the tools and how they are called
 
     @property
     def choices(self) -> int:
@@ -117,7 +119,24 @@ class ServedLM:
                           f"{vocab}", "prompt")  # fmt: skip
         return out
 
-    def chat_prompt(self, messages: object, template_kwargs: object) -> list[int]:
+    def tool_use(self, body: Mapping) -> ToolUse:
+        """The chat request's tools, tool_choice and parallel_tool_calls, checked once (as
+        Generator.chat_message checks them); tools need a chat template that reads them."""
+        try:
+            use = tool_use(body.get("tools"), body.get("tool_choice"),
+                           body.get("parallel_tool_calls", True))  # fmt: skip
+        except ToolError as e:
+            raise bad(str(e), e.param) from None
+        template = self.model.chat_template
+        if use.tools and template is not None and not template.reads_tools:
+            raise bad(f"model {self.name}'s chat template takes no tools (it never reads "
+                      "`tools`): send the request without them", "tools")  # fmt: skip
+        return use
+
+    def chat_prompt(self, messages: object, template_kwargs: object,
+                    use: ToolUse | None = None) -> list[int]:  # fmt: skip
+        """The conversation's prompt ids: the chat template rendered with the request's
+        tools; an assistant message's tool_calls and the role "tool" messages reach it."""
         if template_kwargs is not None and not isinstance(template_kwargs, dict):
             raise bad("chat_template_kwargs must be an object", "chat_template_kwargs")
         if self.model.chat_template is None:
@@ -131,21 +150,36 @@ class ServedLM:
                         raise bad(f"messages[{i}].content: only text parts are supported",
                                   "messages")  # fmt: skip
                     messages[i] = {**m, "content": "".join(str(t) for t in texts)}
+        tools = use.tools if use is not None else None
         try:
-            text = self.generator.chat_prompt(messages, True, template_kwargs)  # type: ignore[arg-type]
+            text = self.generator.chat_prompt(messages, True, template_kwargs, tools)  # type: ignore[arg-type]
+        except ToolError as e:
+            raise bad(str(e), e.param) from None
         except ChatTemplateError as e:
             raise bad(f"messages: {e}", "messages") from None
         return self.model.encode(text)
 
-    def prepare(self, body: Mapping, kind: str, prompts: list[list[int]], what: str) -> Request:
+    def tool_fields(self, fields: dict, use: ToolUse) -> dict:
+        """`fields` with the constraint tool_choice asks for ("required" / a named tool)."""
+        constraint = self.generator.tool_options(use)
+        if constraint and fields.get("response_format") is not None:
+            raise bad("response_format and tool_choice (a required call) cannot be combined: "
+                      "the reply is either the calls or the format", "tool_choice")  # fmt: skip
+        return {**fields, **constraint}
+
+    def prepare(self, body: Mapping, kind: str, prompts: list[list[int]], what: str,
+                use: ToolUse | None = None) -> Request:  # fmt: skip
         """The request's options, validated once (GenerationOptions) and prepared for the model
         (Model.prepare) with the room its longest prompt leaves (as Generator prepares a
-        batch's), the prompts fitted to the context."""
+        batch's), the prompts fitted to the context; a chat's `use` adds its tools'
+        constraint."""
         n = choices_asked(body)
         if n * len(prompts) > MAX_CHOICES:
             raise bad(f"{len(prompts)} prompts x n={n} choices: at most {MAX_CHOICES}", "n")
         k = top_logprobs_asked(body, kind)
+        use = use or ToolUse()
         fields = decoding_fields(body, self.model.defaults)
+        fields, constrained = self.tool_fields(fields, use), use.required is not None
         fitted = []
         for prompt in prompts:
             if len(prompt) > self.context:
@@ -170,11 +204,14 @@ class ServedLM:
             opts = self.model.options(**fields)
             prepared = self.model.prepare(opts, room)
         except ValueError as e:
-            raise options_error(e) from None
+            error = options_error(e)
+            if constrained and error.param in ("response_format", None):
+                error.param = "tools"  # the tools' schemas make the constraint
+            raise error from None
         if prepared.num_beams > 1:
             raise bad("beam search is not served (its package default: pass temperature)",
                       "temperature")  # fmt: skip
-        return Request(fitted, prepared, n, k)
+        return Request(fitted, prepared, n, k, use)
 
     # -- decoding (on a request's thread) --------------------------------------------------
     def run(

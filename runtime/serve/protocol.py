@@ -6,7 +6,8 @@ Model.prepare checks them against the model, once per request, as for every othe
 What is the API's own (its ranges of temperature, n, logprobs; the fields it has and this
 server does not support) is checked here, each with one message naming the field.
 response_format (json_object, json_schema) is GenerationOptions' own option: the output follows
-it by runtime/structured.py's token masks.
+it by runtime/structured.py's token masks. tools / tool_choice / parallel_tool_calls are checked
+by runtime/tools.py's tool_use, as Generator.chat_message checks them.
 """
 
 from __future__ import annotations
@@ -36,19 +37,19 @@ RENAMED = {
 }
 OPTION_FIELD = {v: k for k, v in RENAMED.items() if k != "max_completion_tokens"}
 # fields a client may send that change nothing here
-IGNORED = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "stream_options",
-           "prompt_cache_key", "safety_identifier"}  # fmt: skip
+IGNORED = {"user", "metadata", "store", "service_tier", "stream_options", "prompt_cache_key",
+           "safety_identifier"}  # fmt: skip
 # fields of the API this server does not implement: refused unless they ask for nothing
 UNSUPPORTED_UNLESS = {
     "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None, "best_of": 1,
-    "echo": False, "suffix": None, "tools": None, "tool_choice": None, "functions": None,
-    "function_call": None, "modalities": None, "audio": None,
-    "prediction": None, "reasoning_effort": None, "web_search_options": None,
+    "echo": False, "suffix": None, "functions": None, "function_call": None, "modalities": None,
+    "audio": None, "prediction": None, "reasoning_effort": None, "web_search_options": None,
 }  # fmt: skip
 COMMON = {"model", "stream", "n", "temperature", "response_format", *RENAMED}
 FIELDS = {
     "completion": COMMON | {"prompt", "logprobs"},
-    "chat": COMMON | {"messages", "logprobs", "top_logprobs", "chat_template_kwargs"},
+    "chat": COMMON | {"messages", "logprobs", "top_logprobs", "chat_template_kwargs", "tools",
+                      "tool_choice", "parallel_tool_calls"},
     "translation": {"model", "input", "source_lang", "target_lang", "temperature", "top_p",
                     "top_k", "seed", "max_tokens", "num_beams", "n"},
 }  # fmt: skip

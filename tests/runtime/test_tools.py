@@ -103,7 +103,7 @@ def test_chat_message_gives_the_calls_of_a_constrained_reply(byte_lm):
             "required": ["name", "parameters"], "additionalProperties": False}  # fmt: skip
     message = lm.chat_message([{"role": "user", "content": "?"}], tools=[tool],
                               json_schema=call, max_new_tokens=50)  # fmt: skip
-    assert message["role"] == "assistant" and message["content"] == "", message
+    assert message["role"] == "assistant" and message["content"] is None, message
     (made,) = message["tool_calls"]
     assert made["type"] == "function" and made["function"]["name"] == "wx"
     assert set(json.loads(made["function"]["arguments"])) == {"c"}
@@ -141,7 +141,7 @@ def test_tool_choice_constrains_a_reply_to_the_tools_calls(byte_lm, fmt):
     message = lm.chat_message([{"role": "user", "content": "?"}], tools=tools,
                               tool_choice="required", parallel_tool_calls=False,
                               max_new_tokens=56)  # fmt: skip
-    assert message["content"] == "" and message["tool_calls"], message
+    assert message["content"] is None and message["tool_calls"], message
     reply = lm.chat_message([{"role": "user", "content": "?"}], tools=tools, tool_choice="none",
                             max_new_tokens=5)  # fmt: skip
     assert "tool_calls" not in reply
@@ -158,3 +158,43 @@ def test_bad_tool_choices_are_named():
         chosen_tools([], "required")
     with pytest.raises(ValueError, match=r"tools\[0\] must be"):
         chosen_tools([{"type": "function"}], "required")
+
+
+def test_tool_use_checks_every_field_once():
+    """tool_use (Generator.chat_message's and the server's one check): each malformed field
+    named, as the ToolError's param; a reply's calls are parsed only when there are tools."""
+    from edgeformer.runtime.tools import ToolError, tool_use
+
+    cases = [
+        (("w", None, True), "tools", "tools must be a list"),
+        (([WEATHER, WEATHER], None, True), "tools", "two tools are named 'get_weather'"),
+        (([tiny_tool("a", {}) | {"type": "code"}], None, True), "tools", "only 'function'"),
+        (([{"type": "function", "function": {"name": "a", "parameters": []}}], None, True),
+         "tools", "must be a JSON schema of an object"),
+        (([WEATHER], "auto", "yes"), "parallel_tool_calls", "must be true or false"),
+        ((None, "required", True), "tool_choice", "needs tools"),
+    ]  # fmt: skip
+    for args, param, match in cases:
+        with pytest.raises(ToolError, match=match) as e:
+            tool_use(*args)
+        assert e.value.param == param
+    call = '{"name": "get_weather", "parameters": {"city": "Oslo"}}'
+    assert tool_use().message(call) == {"role": "assistant", "content": call}
+    assert tool_use([WEATHER], "none").message(call) == {"role": "assistant", "content": call}
+    (made,) = tool_use([WEATHER]).message(call)["tool_calls"]
+    assert made["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+
+
+def test_history_tool_calls_reach_templates_with_object_arguments():
+    from edgeformer.runtime.tools import ToolError, template_messages
+
+    fn = {"name": "a", "arguments": '{"x": 1}'}
+    sent = [{"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": fn}]}]  # fmt: skip
+    (fixed,) = template_messages(sent)
+    assert fixed["tool_calls"][0]["function"]["arguments"] == {"x": 1}
+    assert sent[0]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'  # not changed
+    for args, match in (("{oops", "is not JSON"), ("[1]", "must be a JSON object")):
+        sent[0]["tool_calls"][0]["function"]["arguments"] = args
+        with pytest.raises(ToolError, match=match):
+            template_messages(sent)

@@ -1,6 +1,9 @@
 """response_format on /v1/chat/completions and /v1/completions (json_object, json_schema): each
 choice of a request follows it (its own matcher, rows of the shared batch), whole and streamed;
-a bad schema, or one the model's tokenizer cannot write, is a 400 naming response_format."""
+a bad schema, or one the model's tokenizer cannot write, is a 400 naming response_format. Tools
+on /v1/chat/completions: tool_choice's calls come back as message.tool_calls (streamed as
+delta.tool_calls), the history's calls and tool results reach the template, bad tools are 400s
+naming their field."""
 
 from __future__ import annotations
 
@@ -33,8 +36,9 @@ MESSAGES = [{"role": "user", "content": "the weather?"}]
 
 
 @pytest.fixture(scope="module")
-def server(byte_lm):
-    config = ServeConfig((f"json={byte_lm}", "shakespeare"), BatchSettings(max_batch=4),
+def server(byte_lm, tool_lm):
+    config = ServeConfig((f"json={byte_lm}", f"tools={tool_lm}", "shakespeare"),
+                         BatchSettings(max_batch=4),
                          runtime=RuntimeSettings(threads=1))  # fmt: skip
     with running(app_of(Server(load_models(config)))) as url:
         yield url
@@ -110,3 +114,134 @@ def test_bad_response_format_is_a_400_naming_it(server, model, fmt, match):
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == "response_format" and match in error["message"], error
+
+
+# -- tools ---------------------------------------------------------------------------------------
+def tool(name: str, properties: dict) -> dict:
+    params = {"type": "object", "properties": properties, "required": list(properties),
+              "additionalProperties": False}  # fmt: skip
+    return {"type": "function", "function": {"name": name, "parameters": params}}
+
+
+WX = tool("w", {"c": {"type": "string", "maxLength": 2}})
+FN = tool("f", {"x": {"type": "integer", "minimum": 0, "maximum": 9}})
+ASK = [{"role": "user", "content": "?"}]
+
+
+def test_a_required_call_comes_back_as_tool_calls(client):
+    chat = client.chat.completions.create(model="tools", messages=ASK, tools=[WX, FN],
+                                          tool_choice="required", parallel_tool_calls=False,
+                                          max_tokens=45, temperature=0)  # fmt: skip
+    (choice,) = chat.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None, choice
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    schema = {"w": WX, "f": FN}[call.function.name]["function"]["parameters"]
+    jsonschema.validate(json.loads(call.function.arguments), schema)
+
+
+def test_a_named_tool_streamed_equals_the_whole_answer(client):
+    ask = dict(model="tools", messages=ASK, tools=[WX, FN], max_tokens=45, temperature=0,
+               tool_choice={"type": "function", "function": {"name": "f"}})  # fmt: skip
+    whole = client.chat.completions.create(**ask).choices[0]
+    (call,) = whole.message.tool_calls
+    assert call.function.name == "f"
+    jsonschema.validate(json.loads(call.function.arguments), FN["function"]["parameters"])
+    chunks = [c for c in client.chat.completions.create(**ask, stream=True) if c.choices]
+    deltas = [tc for c in chunks for tc in c.choices[0].delta.tool_calls or []]
+    assert [(d.index, d.function.name, d.function.arguments) for d in deltas] == [
+        (0, "f", call.function.arguments)
+    ]
+    assert deltas[0].id.startswith("call_") and deltas[0].type == "function"
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+def test_tool_choice_none_and_auto_answer_text(client):
+    for choice in ("none", "auto"):
+        chat = client.chat.completions.create(model="tools", messages=ASK, tools=[WX],
+                                              tool_choice=choice, max_tokens=8,
+                                              temperature=0)  # fmt: skip
+        message = chat.choices[0].message
+        assert message.tool_calls is None and isinstance(message.content, str), message
+        assert chat.choices[0].finish_reason in ("stop", "length")
+    stream = client.chat.completions.create(model="tools", messages=ASK, tools=[WX], max_tokens=8,
+                                            temperature=0, stream=True)  # fmt: skip
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == message.content  # buffered till the end, then the whole text
+
+
+def test_tool_calls_and_results_in_the_history_reach_the_template(server, tool_lm):
+    """The API's assistant message (arguments as JSON text) and the tool's reply: the template
+    gets the arguments as an object (the prompt has its JSON, not a quoted string)."""
+    from edgeformer.runtime import Generator
+
+    history = [
+        {"role": "user", "content": "?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "w", "arguments": '{"c": "ab"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "9"},
+    ]  # fmt: skip
+    lm = Generator(str(tool_lm))
+    prompt = lm.chat_prompt(history, True, None, [WX])
+    assert prompt == 'T:w;\nuser: ?\nassistant: w{"c": "ab"}\ntool: 9\n', prompt
+    body = {"model": "tools", "messages": history, "tools": [WX], "max_tokens": 1}
+    r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == len(lm.chat_ids(history, None, [WX]))
+
+
+BAD_ARGS = [{"role": "assistant", "tool_calls": [
+    {"id": "c", "type": "function", "function": {"name": "w", "arguments": "{oops"}}]}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "model, fields, param, match",
+    [
+        ("tools", {"tools": "w"}, "tools", "tools must be a list"),
+        ("tools", {"tools": [{"type": "function", "function": {}}]}, "tools", "function name"),
+        ("tools", {"tools": [tool("w", {}) | {"type": "code"}]}, "tools", "only 'function'"),
+        (
+            "tools",
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "w", "parameters": {"type": "string"}},
+                    }
+                ]
+            },
+            "tools",
+            "must be a JSON schema of an object",
+        ),
+        (
+            "tools",
+            {"tools": [WX], "tool_choice": {"type": "function", "function": {"name": "q"}}},
+            "tool_choice",
+            "not among the tools: w",
+        ),
+        ("tools", {"tools": [WX], "tool_choice": "always"}, "tool_choice", "must be 'auto'"),
+        ("tools", {"tool_choice": "required"}, "tool_choice", "needs tools"),
+        (
+            "tools",
+            {"tools": [WX], "parallel_tool_calls": "yes"},
+            "parallel_tool_calls",
+            "must be true or false",
+        ),
+        (
+            "tools",
+            {"tools": [WX], "tool_choice": "required", "response_format": FORMAT},
+            "tool_choice",
+            "cannot be combined",
+        ),
+        ("tools", {"messages": BAD_ARGS}, "messages", "arguments is not JSON"),
+        ("json", {"tools": [WX]}, "tools", "chat template takes no tools"),
+    ],  # fmt: skip
+)
+def test_bad_tools_are_a_400_naming_the_field(server, model, fields, param, match):
+    body = {"model": model, "messages": MESSAGES, "max_tokens": 5, **fields}
+    r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and match in error["message"], error
