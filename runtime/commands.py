@@ -37,7 +37,7 @@ from ..core.schema import HELD_OUT_KEYS
 from ..core.variants import pick_variant
 from .api import Generator, Translator
 from .batching import BATCH_TYPES, READ_AHEAD, Throughput
-from .package import BUNDLED, DEFAULT_PACKAGE, Package, bundled_name
+from .package import BUNDLED, DEFAULT_PACKAGE, Package, bundled_folder, bundled_name
 from .session import RuntimeSettings
 from .text import text_problem
 
@@ -320,7 +320,7 @@ def default_package(args: argparse.Namespace) -> None:
         if close and not any(c.isspace() for c in first):
             raise ValueError(f"no model package {first!r}{close}")
         args.texts = [first, *args.texts]
-    args.package = default
+    args.package = str(bundled_folder(default))  # not a folder named like it in the cwd
     log.info(f"no package given: the bundled {default}")
 
 
