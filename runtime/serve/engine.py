@@ -15,7 +15,7 @@ import numpy as np
 from ...core.constraints import log_softmax
 from ...core.decoding import DecodeInputs, GenerationOptions, PreparedOptions
 from ..api import Generator, SourcePlan, Translator
-from ..chat import ChatTemplateError
+from ..chat import EMPTY_CHAT_PROMPT, ChatTemplateError
 from ..text import StopCut, TextStream, stop_test
 from .protocol import (
     APIError,
@@ -135,7 +135,10 @@ class ServedLM:
             text = self.generator.chat_prompt(messages, True, template_kwargs)  # type: ignore[arg-type]
         except ChatTemplateError as e:
             raise bad(f"messages: {e}", "messages") from None
-        return self.model.encode(text)
+        ids = self.model.encode(text)
+        if not ids:  # never answered from BOS alone (Generator.chat_ids refuses it too)
+            raise bad(f"messages: {EMPTY_CHAT_PROMPT}", "messages")
+        return ids
 
     def prepare(self, body: Mapping, kind: str, prompts: list[list[int]], what: str) -> Request:
         """The request's options, validated once (GenerationOptions) and prepared for the model

@@ -10,6 +10,7 @@ it; the test never goes to the network).
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import re
@@ -1149,6 +1150,34 @@ def test_js_chat_templates_render_and_reply_as_python(node, tmp_path):
                           call="prompt", name=name))  # fmt: skip
     for case in run_js(node, cases, errors=True):
         assert case.get("kind") == "PackageError", (case["name"], case.get("prompt", "")[:80])
+
+
+def test_a_chat_template_that_renders_nothing_is_refused_in_both_runtimes(
+    node, lm_package, tmp_path, monkeypatch, capsys
+):
+    """A template whose render is empty for a conversation (here: it writes no message): the
+    model would answer from BOS alone, the user's message dropped. Refused in both runtimes
+    and the chat CLI with one message (the CLI said "longer than the model's context")."""
+    from test_hostile import rewrite
+
+    from edgeformer.cli import main
+    from edgeformer.runtime.chat import EMPTY_CHAT_PROMPT
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(lm_package, pkg)
+    rewrite(pkg, "tokenizer_config.json",
+            json.dumps({"chat_template": "{% for m in messages %}{% endfor %}"}))  # fmt: skip
+    conversation = [{"role": "user", "content": "hello there"}]
+    with pytest.raises(ValueError, match=re.escape(EMPTY_CHAT_PROMPT)):
+        Generator(pkg, threads=1).chat(conversation, max_new_tokens=4)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello there\n"))
+    assert main(["chat", str(pkg), "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert EMPTY_CHAT_PROMPT in err and "longer than" not in err, err
+    case = dict(package=str(pkg), backend="node", variant="fp32", inputs=conversation,
+                call="chat", max_new_tokens=4)  # fmt: skip
+    (out,) = run_js(node, [case], errors=True)
+    assert out.get("kind") == "PackageError" and EMPTY_CHAT_PROMPT in out["error"], out
 
 
 # ---------------------------------------------------------------- WebGPU (item 4)
