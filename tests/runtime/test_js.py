@@ -1152,6 +1152,27 @@ def test_js_chat_templates_render_and_reply_as_python(node, tmp_path):
         assert case.get("kind") == "PackageError", (case["name"], case.get("prompt", "")[:80])
 
 
+def test_js_seeds_above_2_53_draw_as_pythons(node, lm_package):
+    """Seeds are exact: above 2^53 the CLI keeps --seed as a BigInt (2^64 + 1 and 2^64 + 2
+    drew alike, both rounded to 2^64), and the API refuses a Number there (already rounded:
+    not the seed written) and takes a BigInt."""
+    g = Generator(lm_package, threads=1)
+    prompt, texts = "ROMEO:", []
+    for seed in (2**64 + 1, 2**64 + 2, 2**53 + 1):
+        want = g.generate_batch([prompt], max_new_tokens=12, sampling=True, seed=seed)[0]
+        run = cli(node, str(lm_package), "--sample", "--seed", str(seed), "--max-new-tokens",
+                  "12", prompt)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        texts.append(json.loads(run.stdout)["text"])
+        assert texts[-1] == want, seed
+    assert texts[0] != texts[1]  # not one rounded seed
+    options = {"sampling": True, "seed": 2**60}
+    case = dict(package=str(lm_package), backend="node", variant="fp32", call="run",
+                inputs=[prompt], max_new_tokens=4, options=options)  # fmt: skip
+    (out,) = run_js(node, [case], errors=True)
+    assert out.get("kind") == "RangeError" and "above 2^53" in out["error"], out
+
+
 def test_a_chat_template_that_renders_nothing_is_refused_in_both_runtimes(
     node, lm_package, tmp_path, monkeypatch, capsys
 ):
