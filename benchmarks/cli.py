@@ -33,7 +33,15 @@ from .child import (
 )
 from .files import FileBatching
 from .runners import quiet_libraries
-from .settings import DEFAULT_OUT, ISOLATION_MODES, MEMORY_MODES, SPINNING, Job, Settings
+from .settings import (
+    DEFAULT_OUT,
+    ISOLATION_MODES,
+    MEMORY_MODES,
+    SPINNING,
+    Job,
+    Settings,
+    check_file_stem,
+)
 from .shapes import (
     REAL_SHAPES,
     SHAPE_GROUPS,
@@ -279,6 +287,7 @@ def embed_bench(args) -> int:
     if args.quick and out.resolve() == COMMITTED:
         raise SystemExit(f"edgeformer bench: a quick run does not write {COMMITTED}")
     name = "embeddings" if args.name == "latest" and out.resolve() == COMMITTED else args.name
+    check_file_stem(name, "--name")
     embeddings.run_embeddings(embeddings.EmbedSettings(
         tuple(names), stacks, args.threads, rounds=args.rounds or (2 if args.quick else 5),
         warmup=max(1, args.warmup or (1 if args.quick else 2)), out=out, name=name,

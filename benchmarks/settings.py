@@ -46,6 +46,17 @@ REAL_WARMUP = 1
 # RSS from the stacks' own processes (loaded, and peak after all runs), not a fresh process
 # that runs every workload once more (minutes per stack at these sizes)
 REAL_MEMORY = "delta"
+MAX_SWEEP_BATCH = 1 << 12  # rows of one sweep batch (the default sweep ends at 32)
+
+
+def check_file_stem(name: str, flag: str) -> str:
+    """A results file stem: a plain name, written inside --out (no '/', '..' or NUL)."""
+    bad = not name or name in (".", "..") or any(c in name for c in "/\\\0")
+    if bad or len(name) > 200:
+        raise ValueError(
+            f"{flag} {name!r} must be a plain file name (no '/', '\\', '..'), written inside --out"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -93,8 +104,13 @@ class Settings:
                 raise ValueError(
                     f"unknown shape {s!r}; expected {known} or a Hugging Face config.json"
                 )
-        if self.threads < 1:
-            raise ValueError("--threads must be >= 1")
+        from edgeformer.runtime.session import check_threads  # onnxruntime: not in every child
+
+        check_threads(self.threads, "--threads")
+        for b in self.sweep_batches:
+            if not 1 <= b <= MAX_SWEEP_BATCH:
+                raise ValueError(f"--sweep-batches: {b} must be in [1, {MAX_SWEEP_BATCH}]")
+        check_file_stem(self.name, "--name")
         if self.rounds < 1 or self.warmup < 0:
             raise ValueError("--rounds must be >= 1 and --warmup >= 0")
         if self.memory not in MEMORY_MODES:
@@ -107,7 +123,7 @@ class Settings:
         """From `edgeformer bench`'s parsed arguments (benchmarks.cli.add_arguments)."""
         q = args.quick
         hf = getattr(args, "hf", None)
-        sweep = tuple(int(b) for b in _csv(args.sweep_batches or ""))
+        sweep = tuple(_whole(b, "--sweep-batches") for b in _csv(args.sweep_batches or ""))
         shapes = tuple(x for s in _csv(args.shapes) for x in SHAPE_GROUPS.get(s, (s,)))
         real = bool(hf) or (bool(shapes) and all(s not in ("ed", "lm") for s in shapes))
         # --frontier alone runs only the frontier; --workloads adds the speed workloads
@@ -231,6 +247,13 @@ class Job:
             workloads=tuple(tuple(w) for w in d["workloads"]),
             frontier=d.get("frontier", False),
         )
+
+
+def _whole(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text!r} is not a whole number") from None
 
 
 def _csv(s: str) -> list[str]:

@@ -267,6 +267,8 @@ def read_config_json(path: Path) -> dict:
         fields = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"--shapes {path}: not a JSON file ({e})") from None
+    except RecursionError:
+        raise ValueError(f"--shapes {path}: nested too deeply to be a config.json") from None
     if not isinstance(fields, dict):
         raise ValueError(f"--shapes {path}: not a JSON object")
     archs = fields.get("architectures")
@@ -275,6 +277,42 @@ def read_config_json(path: Path) -> dict:
     if not isinstance(fields.get("model_type"), str):
         raise ValueError(f"--shapes {path}: no 'model_type'")
     return fields
+
+
+# the most parameters a --shapes config may ask for: its random weights are made in float32 by
+# every stack (16 GB each at this bound); NLLB-600M, the largest real shape, has 615 M
+MAX_SHAPE_PARAMETERS = 4 << 30
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """About how many weights a model of `cfg` holds (embeddings, positions, attention, the
+    feed-forward blocks, an untied head; norms and biases left out), from its sizes alone."""
+    d, q, kv = (
+        cfg.d_model,
+        cfg.n_heads * cfg.head_dim,
+        (cfg.n_kv_heads or cfg.n_heads) * cfg.head_dim,
+    )
+    attention = 2 * d * q + 2 * d * kv  # query and output, key and value
+    ffn = (3 if cfg.gated else 2) * d
+    decoder = cfg.n_decoder_layers * (attention + ffn * cfg.decoder_ffn)
+    embeddings = (cfg.vocab_size + cfg.max_len) * d + (
+        0 if cfg.tie_embeddings else cfg.vocab_size * d
+    )
+    if cfg.family != "encoder-decoder":
+        return decoder + embeddings
+    encoder = cfg.n_encoder_layers * (attention + ffn * cfg.d_ff)
+    cross = cfg.n_decoder_layers * attention
+    return decoder + encoder + cross + embeddings + (cfg.src_vocab_size or 0) * d
+
+
+def check_shape_size(name: str, cfg: ModelConfig) -> None:
+    """A shape within MAX_SHAPE_PARAMETERS, refused before any stack allocates its weights."""
+    n = parameter_count(cfg)
+    if n > MAX_SHAPE_PARAMETERS:
+        raise ValueError(
+            f"shape {name}: about {n / 1e9:,.1f} B parameters ({4 * n / 1e9:,.0f} GB of float32 "
+            f"weights per stack), over the bound of {MAX_SHAPE_PARAMETERS / 1e9:.1f} B"
+        )
 
 
 def real_shape(name: str, fields: dict, source: str = "") -> Shape:
@@ -291,8 +329,9 @@ def real_shape(name: str, fields: dict, source: str = "") -> Shape:
     model_type = given.pop("model_type")
     try:
         config = transformers.AutoConfig.for_model(model_type, **given)
-    except (ValueError, KeyError) as e:
-        msg = f"shape {name}: transformers cannot make a {model_type!r} config: {e}"
+    except Exception as e:  # ValueError, KeyError, a strict dataclass's field error, ...
+        first = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
+        msg = f"shape {name}: transformers cannot make a {model_type!r} config: {first}"
         raise ValueError(msg) from None
     arch = given["architectures"][0]
     if not hasattr(transformers, arch):
@@ -308,6 +347,7 @@ def real_shape(name: str, fields: dict, source: str = "") -> Shape:
     arch, loader = loader_for(hf)
     cfg = loader.config(loader.fields(hf, arch))
     cfg = type(cfg).from_dict({**cfg.to_dict(), "dropout": 0.0})
+    check_shape_size(name, cfg)
     return Shape(name, cfg, {**hf, **extra})
 
 

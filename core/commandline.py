@@ -6,11 +6,14 @@ exit status instead of a traceback."""
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import stat
 import sys
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from .files import describe_os_error
 
@@ -54,6 +57,49 @@ def setup_logging(level: str, command: str) -> None:
     logger.propagate = False
 
 
+def stdout_kept() -> str:
+    """What a full disk left of standard output (a file: its size; the last line may be cut)."""
+    try:
+        info = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return "standard output: the lines before were written, the last one may be cut"
+    if not stat.S_ISREG(info.st_mode):
+        return "standard output: the lines before were written, the last one may be cut"
+    return (
+        f"standard output holds the first {info.st_size} bytes of the output: whole lines "
+        "then, at its end, a cut one"
+    )
+
+
+class NamedStdout:
+    """sys.stdout while a command runs: a full disk under it (`edgeformer score > file`) is an
+    OSError that says what the file holds (stdout_kept), never describe_os_error's "nothing was
+    left half-written", which is true only of the safe writes of core/files.py."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            raise self.named(e) from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as e:
+            raise self.named(e) from None
+
+    def named(self, e: OSError) -> OSError:
+        if e.errno != errno.ENOSPC or e.filename:
+            return e
+        return OSError(e.errno, stdout_kept())
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, buffer, encoding, ...
+        return getattr(self.stream, name)
+
+
 def run_command(
     command: str, run: Callable[[argparse.Namespace], int], args: argparse.Namespace
 ) -> int:
@@ -66,8 +112,12 @@ def run_command(
         print(f"edgeformer {command}: note: {message}", file=sys.stderr, flush=True)
 
     shown, warnings.showwarning = warnings.showwarning, note
+    stdout = sys.stdout
+    sys.stdout = NamedStdout(stdout)  # type: ignore[assignment]
     try:
-        return int(run(args) or 0)
+        code = int(run(args) or 0)
+        sys.stdout.flush()  # a full disk shows here, not after the command returned
+        return code
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"edgeformer {command}: error: {e}", file=sys.stderr)
         return 2
@@ -81,3 +131,4 @@ def run_command(
         return 1
     finally:
         warnings.showwarning = shown
+        sys.stdout = stdout

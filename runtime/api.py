@@ -59,7 +59,7 @@ from .batching import (
     translate_file,
     translate_stream,
 )
-from .chat import ChatTemplateError
+from .chat import EMPTY_CHAT_PROMPT, ChatTemplateError
 from .model import Model, WarnOnce, pad
 from .results import GenerationResult, ScoringResult, TextHypothesis, TranslationResult
 from .session import Providers, RuntimeSettings, runtime_settings
@@ -1022,7 +1022,9 @@ class Generator(_Loaded):
         added, as transformers' apply_chat_template(tokenize=True)). ValueError when they do
         not fit the model's positions."""
         ids = self.model.encode(self.chat_prompt(messages, True, chat_template_kwargs, tools))
-        if not 0 < len(ids) <= self.max_len:
+        if not ids:  # the model would answer BOS alone, the conversation dropped
+            raise ChatTemplateError(EMPTY_CHAT_PROMPT)
+        if len(ids) > self.max_len:
             raise ValueError(
                 f"the conversation's prompt is {len(ids)} tokens; the model takes 1 .. "
                 f"{self.max_len} (drop earlier turns)"

@@ -42,6 +42,12 @@ from typing import Any
 
 MAX_PROMPT_CHARS = 1 << 21  # 2 Mi characters: above any context a package holds (~4 per token)
 MAX_TEMPLATE_CHARS = 1 << 20
+# a rendered conversation of no tokens: refused, never answered from BOS alone (the JS runtime's
+# chat says the same)
+EMPTY_CHAT_PROMPT = (
+    "the chat template renders this conversation as an empty prompt (no tokens): nothing for "
+    "the model to answer"
+)
 # the template's own work per render, in executed lines of its compiled code (a real template
 # runs a few thousand; nested loops that print nothing would otherwise run unbounded)
 MAX_TEMPLATE_STEPS = 2_000_000

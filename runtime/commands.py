@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import logging
 import math
 import os
-import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +37,7 @@ from ..core.schema import HELD_OUT_KEYS
 from ..core.variants import pick_variant
 from .api import Generator, Translator
 from .batching import BATCH_TYPES, READ_AHEAD, Throughput
-from .package import BUNDLED, DEFAULT_PACKAGE, Package, bundled_name
+from .package import BUNDLED, DEFAULT_PACKAGE, Package, bundled_folder, bundled_name
 from .session import RuntimeSettings
 from .text import text_problem
 
@@ -274,32 +272,13 @@ def _batches(lines: Iterator, size: int) -> Iterator[list]:
         yield batch
 
 
-def stdout_kept() -> str:
-    """What a full disk left of standard output (a file: its size; the last line may be cut)."""
-    try:
-        info = os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        return "standard output: the lines before were written, the last one may be cut"
-    if not stat.S_ISREG(info.st_mode):
-        return "standard output: the lines before were written, the last one may be cut"
-    return (
-        f"standard output holds the first {info.st_size} bytes of the output: whole lines "
-        "then, at its end, a cut one"
-    )
-
-
 @contextlib.contextmanager
 def output(args: argparse.Namespace) -> Iterator[IO[str]]:
     """stdout, or --output FILE written whole or not at all."""
     path = getattr(args, "output", None)
     if path is None:
-        try:
-            yield sys.stdout
-            sys.stdout.flush()  # a full disk shows here, not after main returned
-        except OSError as e:
-            if e.errno != errno.ENOSPC or e.filename:
-                raise
-            raise OSError(e.errno, stdout_kept()) from None
+        yield sys.stdout  # a full disk under it: core.commandline.NamedStdout says what it holds
+        sys.stdout.flush()
         return
     if args.input is not None and os.path.abspath(path) == os.path.abspath(args.input):
         raise ValueError(f"--output {path} is the --input file")
@@ -341,7 +320,7 @@ def default_package(args: argparse.Namespace) -> None:
         if close and not any(c.isspace() for c in first):
             raise ValueError(f"no model package {first!r}{close}")
         args.texts = [first, *args.texts]
-    args.package = default
+    args.package = str(bundled_folder(default))  # not a folder named like it in the cwd
     log.info(f"no package given: the bundled {default}")
 
 

@@ -63,17 +63,22 @@ def resolve_package(path: str | os.PathLike) -> Path:
     """A package folder: `path` itself, or a bundled package's folder when `path` is one's name
     and no such folder exists here."""
     given = Path(path)
-    if not given.exists():
-        bundled = bundled_package(str(path))
-        if bundled is not None:
-            return bundled
-        if str(path) in BUNDLED:
-            raise PackageError(
-                f"bundled model package {path!r} is not installed with this edgeformer "
-                f"({PRETRAINED_DIR} has no {path}/): reinstall edgeformer, or `make models` in "
-                "a clone"
-            )
+    if not given.exists() and str(path) in BUNDLED:
+        return bundled_folder(str(path))
     return given
+
+
+def bundled_folder(name: str) -> Path:
+    """The installed folder of the bundled package `name`, or a PackageError saying it is not
+    installed (a folder of that name in the working directory is never it)."""
+    bundled = bundled_package(name)
+    if bundled is None:
+        raise PackageError(
+            f"bundled model package {name!r} is not installed with this edgeformer "
+            f"({PRETRAINED_DIR} has no {name}/): reinstall edgeformer, or `make models` in a "
+            "clone"
+        )
+    return bundled
 
 
 @dataclass

@@ -236,11 +236,16 @@ def test_commands_without_their_extra_say_what_to_install(command, capsys, monke
     assert "edgeformer[" not in err  # not on PyPI: the extra installs from a clone
 
 
-def test_a_full_disk_under_stdout_says_what_was_written(ed_package, tmp_path, capsys, monkeypatch):
-    """`translate > file` on a full disk: the file keeps a cut last line, so the message must
-    not claim that nothing was left half-written; it says what the file holds."""
+@pytest.mark.parametrize("command", ["translate", "generate", "score"])
+def test_a_full_disk_under_stdout_says_what_was_written(
+    command, ed_package, lm_package, tmp_path, capsys, monkeypatch
+):
+    """`COMMAND > file` on a full disk: the file keeps a cut last line, so the message must
+    not claim that nothing was left half-written; it says what the file holds. Every command
+    (core.commandline.NamedStdout), not only those writing through runtime.commands.output."""
     import errno
 
+    package = ed_package if command == "translate" else lm_package
     out = tmp_path / "out.txt"
     with open(out, "w", encoding="utf-8") as f:
 
@@ -251,7 +256,7 @@ def test_a_full_disk_under_stdout_says_what_was_written(ed_package, tmp_path, ca
 
         monkeypatch.setattr(f, "write", write, raising=False)
         monkeypatch.setattr(sys, "stdout", f)
-        assert main(["translate", str(ed_package), "two dogs .", "a man ."]) == 1
+        assert main([command, str(package), "two dogs .", "a man ."]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "nothing was left half-written" not in err

@@ -53,6 +53,11 @@ function parse(argv) {
     if (!/^\d+$/.test(text)) throw new RangeError(`${flag} ${text}: expected a whole number`);
     return Number(text);
   };
+  // a seed above 2^53 stays exact (a BigInt): numpy's draws for the seed written
+  const seed = (text, flag) => {
+    const n = int(text, flag);
+    return Number.isSafeInteger(n) ? n : BigInt(text);
+  };
   const real = (text, flag) => {
     if (text.trim() === "" || !Number.isFinite(Number(text))) throw new RangeError(`${flag} ${text}: expected a number`);
     return Number(text);
@@ -89,6 +94,7 @@ function parse(argv) {
       const kind = OPTIONS[name].kind;
       if (kind === "bool") opts.gen[name] = !a.startsWith("--no-");
       else if (kind === "list") (opts.gen[name] ??= []).push(value(++i, a));
+      else if (name === "seed") opts.gen[name] = seed(value(++i, a), a);
       else if (kind.startsWith("int")) opts.gen[name] = int(value(++i, a), a);
       else if (kind.startsWith("str") || kind.startsWith("dict")) opts.gen[name] = value(++i, a);
       else opts.gen[name] = real(value(++i, a), a);

@@ -24,7 +24,10 @@ const CAMEL = Object.fromEntries(OPTION_NAMES.map((n) => [camel(n), n]));
 
 const isInt = (v) => typeof v === "number" && Number.isInteger(v);
 const isReal = (v) => typeof v === "number";
-const show = (v) => (v === undefined ? "None" : JSON.stringify(v));
+const show = (v) => (v === undefined ? "None" : typeof v === "bigint" ? `${v}` : JSON.stringify(v));
+// a seed is exact: a safe integer, or a BigInt above 2^53 (a Number there is already rounded,
+// so the draws would not be Python's for the seed the caller wrote)
+const isSeed = (v) => typeof v === "bigint" || Number.isSafeInteger(v);
 
 /** Options given as camelCase or snake_case keys -> snake_case ({} for none); unknown: error. */
 export function optionKeys(options = {}) {
@@ -60,7 +63,10 @@ function validate(o) {
   }
   const forced = o.forced_end_token;
   if (forced !== null && !(isInt(forced) && forced >= 0)) bad(`forced_end_token=${show(forced)} must be a token id >= 0 or None`);
-  if (o.seed !== null && !isInt(o.seed)) bad(`seed=${show(o.seed)} must be an integer or None`);
+  if (o.seed !== null && isInt(o.seed) && !isSeed(o.seed)) {
+    bad(`seed=${show(o.seed)} is above 2^53, where a Number is already rounded (not the seed written): give it as a BigInt`);
+  }
+  if (o.seed !== null && !isSeed(o.seed)) bad(`seed=${show(o.seed)} must be an integer or None`);
   for (const n of ["temperature", "top_p", "length_penalty", "repetition_penalty"]) {
     if (!isReal(o[n])) bad(`${n}=${show(o[n])} must be a number`);
     if (!Number.isFinite(o[n])) bad(`${n}=${o[n]} must be finite`);

@@ -32,7 +32,7 @@ export interface GenerationOptions {
   temperature?: number;
   topK?: number;
   topP?: number;
-  seed?: number | null;
+  seed?: number | bigint | null; // above 2^53: a BigInt (a Number there is refused: rounded)
   numBeams?: number;
   lengthPenalty?: number;
   earlyStopping?: boolean;

@@ -662,9 +662,12 @@ export class Model {
     if (this.family !== "decoder-only") throw new RangeError(`${this.where} is encoder-decoder: chat is for language models`);
     const prompt = await this.chatPrompt(messages);
     const ids = this.encode(prompt);
+    // answered from BOS alone, the conversation would be dropped: refused (runtime/chat.py's
+    // EMPTY_CHAT_PROMPT)
+    if (!ids.length) throw new PackageError(`${this.where}: ${EMPTY_CHAT_PROMPT}`);
     const o = this.options(options);
     const stop = o.stop.length ? stopTest((x) => this.decode(x), o.stop, [ids], [0]) : null;
-    const out = await this.decodeIds([ids.length ? ids : [this.bosId]], { ...options, stopTest: stop });
+    const out = await this.decodeIds([ids], { ...options, stopTest: stop });
     return cutAtStop(this.continuation(ids, out.ids[0]), o.stop);
   }
 
@@ -745,6 +748,7 @@ export class Model {
 const LANGUAGE_KEYS = ["sourceLang", "targetLang", "source_lang", "target_lang"];
 const languageArgs = (o) => ({ source: o.sourceLang ?? o.source_lang ?? null, target: o.targetLang ?? o.target_lang ?? null });
 
+const EMPTY_CHAT_PROMPT = "the chat template renders this conversation as an empty prompt (no tokens): nothing for the model to answer";
 const MAX_PROMPT_CHARS = 1 << 21; // runtime/chat.py: above any context a package holds
 const MAX_TEMPLATE_CHARS = 1 << 20;
 const MAX_RANGE = 100_000; // jinja2's sandbox: range() of more items is an error

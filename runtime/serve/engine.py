@@ -15,7 +15,7 @@ import numpy as np
 from ...core.constraints import log_softmax
 from ...core.decoding import DecodeInputs, GenerationOptions, PreparedOptions
 from ..api import Generator, SourcePlan, Translator
-from ..chat import ChatTemplateError
+from ..chat import EMPTY_CHAT_PROMPT, ChatTemplateError
 from ..text import StopCut, TextStream, stop_test
 from ..tools import ToolError, ToolUse, tool_use
 from .protocol import (
@@ -157,7 +157,10 @@ class ServedLM:
             raise bad(str(e), e.param) from None
         except ChatTemplateError as e:
             raise bad(f"messages: {e}", "messages") from None
-        return self.model.encode(text)
+        ids = self.model.encode(text)
+        if not ids:  # never answered from BOS alone (Generator.chat_ids refuses it too)
+            raise bad(f"messages: {EMPTY_CHAT_PROMPT}", "messages")
+        return ids
 
     def tool_fields(self, fields: dict, use: ToolUse) -> dict:
         """`fields` with the constraint tool_choice asks for ("required" / a named tool)."""

@@ -299,3 +299,58 @@ def test_property_beams_and_penalties_are_bounded_or_refused(ed_package, beams, 
         found = _translator(str(ed_package)).translate_ids_nbest([[5, 6, 7, 2]], opts)[0]
         assert len(found) == 1 and len(found[0].tokens) <= 4
         assert np.isfinite(found[0].score)
+
+
+# ---------------------------------------------------------------- edgeformer bench's inputs
+
+
+def _config_json(path, **fields) -> str:
+    base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "vocab_size": 1000}  # fmt: skip
+    path.write_text(json.dumps(base | fields))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--name", "../x"], "--name '../x' must be a plain file name"),
+        (["--name", "/tmp/x"], "--name '/tmp/x' must be a plain file name"),
+        (["--name", ".."], "must be a plain file name"),
+        (["--threads", "100000"], "--threads=100000 must be in [1, "),
+        (["--sweep-batches", "0,-1"], "--sweep-batches: 0 must be in [1, 4096]"),
+        (["--sweep-batches", "1,x"], "--sweep-batches: 'x' is not a whole number"),
+        (["--shapes", "HUGE"], "B parameters"),
+        (["--shapes", "STRING"], "transformers cannot make a 'llama' config: "),
+        (["--shapes", "DEEP"], "nested too deeply to be a config.json"),
+    ],
+)
+def test_bench_refuses_what_it_cannot_run_before_any_work(args, message, tmp_path, capsys):
+    """A results name outside --out, threads or batches out of bounds, and --shapes configs
+    that ask for a model no machine holds (a 1 KB file: 4.4 TB of weights), give a size as
+    a string or nest 100,000 deep: one line, exit 2, nothing built or written."""
+    configs = {
+        "HUGE": _config_json(
+            tmp_path / "huge.json",
+            hidden_size=65536,
+            num_attention_heads=512,
+            num_key_value_heads=512,
+            intermediate_size=1 << 20,
+            num_hidden_layers=1000,
+            vocab_size=1 << 22,
+        ),  # fmt: skip
+        "STRING": _config_json(tmp_path / "string.json", hidden_size="64"),
+        "DEEP": _config_json(tmp_path / "deep.json"),
+    }
+    deep = json.loads((tmp_path / "deep.json").read_text())
+    text = json.dumps(deep)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "deep.json").write_text(text)
+    args = [configs.get(a, a) for a in args]
+    out = tmp_path / "out"
+    argv = ["bench", "--quick", "--stacks", "edgeformer-fp32", "--workloads", "W1",
+            "--memory", "off", "--out", str(out), *args]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists() and not (tmp_path / "x.json").exists()

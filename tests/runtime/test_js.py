@@ -10,6 +10,7 @@ it; the test never goes to the network).
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import re
@@ -1149,6 +1150,55 @@ def test_js_chat_templates_render_and_reply_as_python(node, tmp_path):
                           call="prompt", name=name))  # fmt: skip
     for case in run_js(node, cases, errors=True):
         assert case.get("kind") == "PackageError", (case["name"], case.get("prompt", "")[:80])
+
+
+def test_js_seeds_above_2_53_draw_as_pythons(node, lm_package):
+    """Seeds are exact: above 2^53 the CLI keeps --seed as a BigInt (2^64 + 1 and 2^64 + 2
+    drew alike, both rounded to 2^64), and the API refuses a Number there (already rounded:
+    not the seed written) and takes a BigInt."""
+    g = Generator(lm_package, threads=1)
+    prompt, texts = "ROMEO:", []
+    for seed in (2**64 + 1, 2**64 + 2, 2**53 + 1):
+        want = g.generate_batch([prompt], max_new_tokens=12, sampling=True, seed=seed)[0]
+        run = cli(node, str(lm_package), "--sample", "--seed", str(seed), "--max-new-tokens",
+                  "12", prompt)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        texts.append(json.loads(run.stdout)["text"])
+        assert texts[-1] == want, seed
+    assert texts[0] != texts[1]  # not one rounded seed
+    options = {"sampling": True, "seed": 2**60}
+    case = dict(package=str(lm_package), backend="node", variant="fp32", call="run",
+                inputs=[prompt], max_new_tokens=4, options=options)  # fmt: skip
+    (out,) = run_js(node, [case], errors=True)
+    assert out.get("kind") == "RangeError" and "above 2^53" in out["error"], out
+
+
+def test_a_chat_template_that_renders_nothing_is_refused_in_both_runtimes(
+    node, lm_package, tmp_path, monkeypatch, capsys
+):
+    """A template whose render is empty for a conversation (here: it writes no message): the
+    model would answer from BOS alone, the user's message dropped. Refused in both runtimes
+    and the chat CLI with one message (the CLI said "longer than the model's context")."""
+    from test_hostile import rewrite
+
+    from edgeformer.cli import main
+    from edgeformer.runtime.chat import EMPTY_CHAT_PROMPT
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(lm_package, pkg)
+    rewrite(pkg, "tokenizer_config.json",
+            json.dumps({"chat_template": "{% for m in messages %}{% endfor %}"}))  # fmt: skip
+    conversation = [{"role": "user", "content": "hello there"}]
+    with pytest.raises(ValueError, match=re.escape(EMPTY_CHAT_PROMPT)):
+        Generator(pkg, threads=1).chat(conversation, max_new_tokens=4)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello there\n"))
+    assert main(["chat", str(pkg), "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert EMPTY_CHAT_PROMPT in err and "longer than" not in err, err
+    case = dict(package=str(pkg), backend="node", variant="fp32", inputs=conversation,
+                call="chat", max_new_tokens=4)  # fmt: skip
+    (out,) = run_js(node, [case], errors=True)
+    assert out.get("kind") == "PackageError" and EMPTY_CHAT_PROMPT in out["error"], out
 
 
 # ---------------------------------------------------------------- WebGPU (item 4)

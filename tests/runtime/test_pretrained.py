@@ -63,6 +63,18 @@ def test_a_folder_named_like_a_bundled_package_wins(bundled, tmp_path_factory, m
     assert load_package("shakespeare").path == bundled / "shakespeare"
 
 
+def test_without_a_package_the_default_is_the_bundled_one_beside_a_folder_of_its_name(
+    bundled, tmp_path_factory, monkeypatch, lm_package, capsys
+):
+    """A folder named m30k-en-de in the working directory wins only when named: `translate
+    TEXT` (no package) runs the bundled translator, never the folder (an LM here)."""
+    here = tmp_path_factory.mktemp("cwd")
+    shutil.copytree(lm_package, here / "m30k-en-de")
+    monkeypatch.chdir(here)
+    assert main(["translate", "A man.", "--max-new-tokens", "3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
 # ---- the committed packages -----------------------------------------------------------------
 
 committed = pytest.mark.skipif(
