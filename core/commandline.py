@@ -113,7 +113,7 @@ def run_command(
 
     shown, warnings.showwarning = warnings.showwarning, note
     stdout = sys.stdout
-    sys.stdout = NamedStdout(stdout)  # type: ignore[assignment]
+    sys.stdout = NamedStdout(stdout)
     try:
         code = int(run(args) or 0)
         sys.stdout.flush()  # a full disk shows here, not after the command returned
