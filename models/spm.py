@@ -141,6 +141,8 @@ def read_vocab(path: Path) -> dict[str, int]:
         vocab = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a vocabulary") from None
     if not isinstance(vocab, dict) or not all(
         isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
         for k, v in vocab.items()
@@ -270,6 +272,13 @@ def m2m100_tokenizer(src: Path, vocab_size: int) -> tuple[str, int]:
             f"language_codes={setting!r} (edgeformer knows {', '.join(M2M100_LANGUAGES)})"
         )
     codes = M2M100_LANGUAGES[str(setting)]
+    inside = [t for t in map(m2m100_language_token, codes) if t in vocab]
+    if inside:  # transformers numbers them after vocab.json all the same: ids would differ
+        raise ValueError(
+            f"{vocab_file} holds the language token {inside[0]!r} (id {vocab[inside[0]]}): "
+            "M2M100Tokenizer gives language tokens the ids after vocab.json's, so this "
+            "vocabulary's ids would not be transformers'; remove the language tokens from it"
+        )
     if len(vocab) + len(codes) > vocab_size:
         raise ValueError(
             f"unsupported M2M100ForConditionalGeneration config: vocab_size={vocab_size} but "

@@ -9,7 +9,7 @@ from ...core.config import ModelConfig
 from .fields import Fields
 from .files import read_json
 from .loaders import HF_TOKENIZER, Loader, WeightReader, Weights, register
-from .seq2seq import fairseq_layers, same_as
+from .seq2seq import bounded_length, fairseq_layers, same_as
 
 MARIAN_ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu",
                       "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}  # fmt: skip
@@ -87,7 +87,7 @@ class MarianLoader(Loader):
             norm_type="layernorm",
             positional="sinusoidal",
             sinusoid_layout="split",
-            max_len=f.positive("max_position_embeddings"),
+            max_len=bounded_length(f, "max_position_embeddings"),  # the sinusoids' table
             dropout=0.0,
             tie_embeddings=f.flag("tie_word_embeddings"),
             scale_embeddings=f.flag("scale_embedding"),

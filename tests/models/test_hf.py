@@ -636,6 +636,9 @@ def test_marian_tokenizers_equal_sentencepiece(marian):
         (dict(decoder_attention_heads=2), "decoder_attention_heads=2"),
         (dict(decoder_start_token_id=0), "decoder_start_token_id=0"),
         (dict(bad_words_ids=[[5]]), "bad_words_ids"),
+        # the sinusoids' table is made from config.json alone: bounded as the other families'
+        (dict(max_position_embeddings=1_048_577), "max_position_embeddings=1048577"),
+        (dict(max_position_embeddings=10**9), "at most 1048576 positions"),
     ],
 )
 def test_unsupported_marian_config_names_the_field(marian, changes, match, tmp_path):

@@ -385,6 +385,10 @@ def _unigram_spm(src):
          "has no <unk>"),
         (_vocab_json(lambda v: [1, 2]), "must map tokens to integer ids"),
         (lambda src: (src / "vocab.json").write_text("{"), "vocab.json is not valid JSON"),
+        (lambda src: (src / "vocab.json").write_text("[" * 100_000 + "]" * 100_000),
+         "vocab.json is nested too deeply"),
+        # transformers numbers language tokens after vocab.json's: ours would be one lower
+        (_vocab_json(lambda v: {**v, "__en__": len(v)}), "holds the language token '__en__'"),
         (lambda src: edit_json(src / "tokenizer_config.json", language_codes="xx"),
          "language_codes='xx'"),
         (lambda src: edit_json(src / "tokenizer_config.json", src_lang="klingon"),
