@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from edgeformer.core.config import ModelConfig
 
+from ..core.contract import check_threads
 from . import llama_env, optimum_env
 from .shapes import (
     QUICK_SWEEP_BATCHES,
@@ -104,8 +105,6 @@ class Settings:
                 raise ValueError(
                     f"unknown shape {s!r}; expected {known} or a Hugging Face config.json"
                 )
-        from edgeformer.runtime.session import check_threads  # onnxruntime: not in every child
-
         check_threads(self.threads, "--threads")
         for b in self.sweep_batches:
             if not 1 <= b <= MAX_SWEEP_BATCH:

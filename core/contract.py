@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -42,9 +43,26 @@ from . import (
 GENERATED_BY = "python -m edgeformer.core.contract --write runtime/js/contract.mjs"
 CONTRACT_FILE = "runtime/js/contract.mjs"
 # how many threads a runtime's pool may ask for: 4 per core, at least 64 (thousands of threads
-# crashed onnxruntime: --threads 100000 ended in a segfault); runtime.session.max_threads
+# crashed onnxruntime: --threads 100000 ended in a segfault); max_threads below
 MAX_THREADS_PER_CORE = 4
 MAX_THREADS_FLOOR = 64
+
+
+def max_threads() -> int:
+    """The most threads a pool may ask for: 4 per core, at least 64 (thousands of threads
+    crashed onnxruntime: --threads 100000 ended in a segfault); the JS runtime's bound too
+    (core.contract)."""
+    return max(MAX_THREADS_FLOOR, MAX_THREADS_PER_CORE * (os.cpu_count() or 1))
+
+
+def check_threads(value: object, name: str = "threads") -> int:
+    """A thread count in [1, max_threads()], else a ValueError that says the limit."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be an integer")
+    if not 1 <= value <= max_threads():
+        raise ValueError(f"{name}={value} must be in [1, {max_threads()}] on this machine")
+    return value
+
 
 _LAYER = re.compile(r"\.([01])\.")
 

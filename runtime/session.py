@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import onnxruntime as ort
 
-from ..core.contract import MAX_THREADS_FLOOR, MAX_THREADS_PER_CORE
+from ..core.contract import check_threads
 from ..core.flags import ON_OFF, doc
 from ..core.format import VARIANTS
 from ..core.variants import MAX_QUALITY_LOSS
@@ -54,22 +54,6 @@ def session_options(threads: int | None, spinning: bool | None) -> ort.SessionOp
 
 
 Providers = Sequence[str | tuple[str, dict]]
-
-
-def max_threads() -> int:
-    """The most threads a pool may ask for: 4 per core, at least 64 (thousands of threads
-    crashed onnxruntime: --threads 100000 ended in a segfault); the JS runtime's bound too
-    (core.contract)."""
-    return max(MAX_THREADS_FLOOR, MAX_THREADS_PER_CORE * (os.cpu_count() or 1))
-
-
-def check_threads(value: object, name: str = "threads") -> int:
-    """A thread count in [1, max_threads()], else a ValueError that says the limit."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} must be an integer")
-    if not 1 <= value <= max_threads():
-        raise ValueError(f"{name}={value} must be in [1, {max_threads()}] on this machine")
-    return value
 
 
 @dataclass(frozen=True)

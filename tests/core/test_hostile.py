@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from edgeformer.cli import main
+from edgeformer.core.contract import max_threads
 from edgeformer.core.decoding import MAX_BEAMS, GenerationOptions
 from edgeformer.core.files import sha256
 from edgeformer.runtime import Generator, PackageError, Translator
-from edgeformer.runtime.session import max_threads
 
 
 def copy_package(src, dst):
