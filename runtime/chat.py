@@ -402,9 +402,10 @@ class ChatTemplate:
         import jinja2.meta
 
         env = _environment()
-        try:
-            object.__setattr__(self, "_compiled", env.from_string(self.template))
-            read = jinja2.meta.find_undeclared_variables(env.parse(self.template))
+        try:  # parsed once: the variables it reads, then compiled from the same tree
+            tree = env.parse(self.template)
+            read = jinja2.meta.find_undeclared_variables(tree)
+            object.__setattr__(self, "_compiled", env.from_string(tree))
         except Exception as e:  # jinja2's TemplateSyntaxError and the like
             raise ChatTemplateError(f"the chat template does not compile: {e}") from None
         object.__setattr__(self, "_reads", frozenset(read))
